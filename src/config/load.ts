@@ -1,0 +1,53 @@
+import { envSchema, type Config } from "./schema.js";
+
+export class ConfigError extends Error {}
+
+/** Empty strings count as unset, so `FOO= npm start` falls back to the default. */
+function present(env: Readonly<Record<string, string | undefined>>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const key of Object.keys(envSchema.shape)) {
+    const v = env[key];
+    if (v !== undefined && v !== "") out[key] = v;
+  }
+  return out;
+}
+
+/** Validates the environment once and returns a frozen config; throws ConfigError naming the variable. */
+export function loadConfig(env: Readonly<Record<string, string | undefined>>, version = "0.0.0"): Config {
+  const parsed = envSchema.safeParse(present(env));
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const name = String(issue?.path[0] ?? "environment");
+    throw new ConfigError(`invalid ${name}: ${issue?.message ?? "invalid value"}`);
+  }
+  const e = parsed.data;
+  return Object.freeze({
+    port: e.PORT,
+    host: e.HOST,
+    redisUrl: e.REDIS_URL,
+    keyPrefix: e.REDIS_KEY_PREFIX,
+    dataDir: e.DATA_DIR,
+    publicUrl: (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, ""),
+    adminToken: e.ADMIN_TOKEN,
+    roles: Object.freeze([...new Set(e.ROLES)]),
+    allowPrivateDestinations: e.ALLOW_PRIVATE_DESTINATIONS,
+    deliveryRetryScheduleMs: Object.freeze(e.DELIVERY_RETRY_SCHEDULE),
+    deliveryTimeoutMs: e.DELIVERY_TIMEOUT_MS,
+    deliveryConcurrency: e.DELIVERY_CONCURRENCY,
+    deliveryLogLimit: e.DELIVERY_LOG_LIMIT,
+    timerMinIntervalSeconds: e.TIMER_MIN_INTERVAL_SECONDS,
+    bodyLimitBytes: e.BODY_LIMIT_BYTES,
+    freeDailyInvocationsQuota: e.FREE_DAILY_INVOCATIONS_QUOTA,
+    freeDailyComputeTimeQuotaMs: e.FREE_DAILY_COMPUTE_TIME_QUOTA_MS,
+    sandboxMemoryMb: e.SANDBOX_MEMORY_MB,
+    sandboxTimeoutMs: e.SANDBOX_TIMEOUT_MS,
+    sandboxAllowedPackages: Object.freeze(e.SANDBOX_ALLOWED_PACKAGES),
+    sourceRunConcurrency: e.SOURCE_RUN_CONCURRENCY,
+    sourceHttpRatePerSecond: e.SOURCE_HTTP_RATE_PER_SECOND,
+    componentFetchMaxBytes: e.COMPONENT_FETCH_MAX_BYTES,
+    componentFetchTimeoutMs: e.COMPONENT_FETCH_TIMEOUT_MS,
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    logLevel: e.LOG_LEVEL,
+    version,
+  });
+}

@@ -1,0 +1,132 @@
+import { z } from "zod";
+import { parseDurationList } from "../domain/duration.js";
+
+/**
+ * The one configuration schema. Every setting is an environment variable; its default is here and
+ * documented in `config/defaults.env` (a unit test keeps the two in step). `loadConfig` is the only
+ * reader of the environment and runs once, in `main.ts`.
+ */
+const bool = z
+  .enum(["true", "false", "1", "0", "yes", "no"], { message: "accepts true or false" })
+  .transform((v) => v === "true" || v === "1" || v === "yes");
+const int = (min: number, max: number) =>
+  z
+    .string()
+    .regex(/^\d+$/, { message: `accepts an integer from ${min} to ${max}` })
+    .transform(Number)
+    .pipe(z.number().int().min(min, { message: `accepts an integer from ${min} to ${max}` }).max(max, { message: `accepts an integer from ${min} to ${max}` }));
+const ROLE_NAMES = ["api", "worker", "scheduler"] as const;
+export type Role = (typeof ROLE_NAMES)[number];
+
+export const envSchema = z.object({
+  /** TCP port of the HTTP server. */
+  PORT: int(0, 65535).default(3000),
+  /** Interface the HTTP server binds. */
+  HOST: z.string().min(1).default("0.0.0.0"),
+  /** Redis to use; unset = start an embedded redis-server from PATH. */
+  REDIS_URL: z
+    .string()
+    .regex(/^rediss?:\/\//, { message: "accepts a redis:// or rediss:// URL" })
+    .optional(),
+  /** Prefix of every Redis key and BullMQ queue; lets several deployments (or tests) share one Redis. */
+  REDIS_KEY_PREFIX: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]{1,32}$/, { message: "accepts 1-32 characters of [A-Za-z0-9_-]" })
+    .default("trib"),
+  /** Where the embedded redis-server keeps its append-only file. */
+  DATA_DIR: z.string().min(1).default("./data"),
+  /** Base URL HTTP source endpoint URLs are built from; default http://localhost:$PORT. */
+  PUBLIC_URL: z
+    .string()
+    .regex(/^https?:\/\/[^/\s]+/, { message: "accepts an http(s) URL" })
+    .optional(),
+  /** Enables the admin API; unset = the admin API answers 404. */
+  ADMIN_TOKEN: z.string().min(8, { message: "accepts a token of at least 8 characters" }).optional(),
+  /** Roles this process runs: comma list of api, worker, scheduler. */
+  ROLES: z
+    .string()
+    .default("api,worker,scheduler")
+    .transform((s) => s.split(",").map((r) => r.trim()).filter(Boolean))
+    .pipe(z.array(z.enum(ROLE_NAMES, { message: "accepts a comma list of api, worker, scheduler" })).min(1)),
+  /** Lets deliveries and fetches reach loopback, private and link-local addresses. */
+  ALLOW_PRIVATE_DESTINATIONS: bool.default(false),
+  /** Delays between delivery attempts (integer + ms|s|m|h); attempts = delays + 1. Jitter ±20 %. */
+  DELIVERY_RETRY_SCHEDULE: z
+    .string()
+    .default("5s,5m,30m,2h,5h,10h,10h")
+    .transform((s, ctx) => {
+      const list = parseDurationList(s);
+      if (!list) {
+        ctx.addIssue({ code: "custom", message: "accepts a comma list of durations such as 5s,5m,30m (units ms, s, m, h)" });
+        return z.NEVER;
+      }
+      return list;
+    }),
+  /** Per-attempt delivery timeout. */
+  DELIVERY_TIMEOUT_MS: int(100, 600_000).default(15_000),
+  /** Concurrent delivery attempts per worker process. */
+  DELIVERY_CONCURRENCY: int(1, 1000).default(64),
+  /** Deliveries kept per webhook in the attempt log. */
+  DELIVERY_LOG_LIMIT: int(10, 100_000).default(1000),
+  /** Smallest accepted timer interval. */
+  TIMER_MIN_INTERVAL_SECONDS: int(1, 86_400).default(15),
+  /** Largest accepted request body (Pipedream's limit is 512 KB). */
+  BODY_LIMIT_BYTES: int(1024, 64 * 1024 * 1024).default(512 * 1024),
+  /** Free plan: source runs per UTC day. */
+  FREE_DAILY_INVOCATIONS_QUOTA: int(0, 1_000_000_000).default(10_000),
+  /** Free plan: sandbox compute time per UTC day, in milliseconds. */
+  FREE_DAILY_COMPUTE_TIME_QUOTA_MS: int(0, 1_000_000_000_000).default(1_800_000),
+  /** Memory limit of one sandbox isolate. */
+  SANDBOX_MEMORY_MB: int(8, 4096).default(64),
+  /** Time limit of one source run (or hook) in the sandbox. */
+  SANDBOX_TIMEOUT_MS: int(10, 600_000).default(10_000),
+  /** Packages component code may require/import (comma list); bundled with esbuild. */
+  SANDBOX_ALLOWED_PACKAGES: z
+    .string()
+    .default("@pipedream/platform")
+    .transform((s) => s.split(",").map((p) => p.trim()).filter(Boolean)),
+  /** Concurrent source runs per worker process. */
+  SOURCE_RUN_CONCURRENCY: int(1, 256).default(4),
+  /** Average HTTP requests per second accepted by one source endpoint (burst is 2x). */
+  SOURCE_HTTP_RATE_PER_SECOND: int(1, 100_000).default(10),
+  /** Largest component fetched from component_url. */
+  COMPONENT_FETCH_MAX_BYTES: int(1024, 16 * 1024 * 1024).default(512 * 1024),
+  /** Time limit to fetch a component_url. */
+  COMPONENT_FETCH_TIMEOUT_MS: int(100, 120_000).default(10_000),
+  /** How long shutdown waits for in-flight work before giving up. */
+  SHUTDOWN_TIMEOUT_MS: int(100, 600_000).default(10_000),
+  /** pino level. */
+  LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+});
+
+export type Env = z.infer<typeof envSchema>;
+
+export interface Config {
+  readonly port: number;
+  readonly host: string;
+  readonly redisUrl: string | undefined;
+  readonly keyPrefix: string;
+  readonly dataDir: string;
+  readonly publicUrl: string;
+  readonly adminToken: string | undefined;
+  readonly roles: readonly Role[];
+  readonly allowPrivateDestinations: boolean;
+  readonly deliveryRetryScheduleMs: readonly number[];
+  readonly deliveryTimeoutMs: number;
+  readonly deliveryConcurrency: number;
+  readonly deliveryLogLimit: number;
+  readonly timerMinIntervalSeconds: number;
+  readonly bodyLimitBytes: number;
+  readonly freeDailyInvocationsQuota: number;
+  readonly freeDailyComputeTimeQuotaMs: number;
+  readonly sandboxMemoryMb: number;
+  readonly sandboxTimeoutMs: number;
+  readonly sandboxAllowedPackages: readonly string[];
+  readonly sourceRunConcurrency: number;
+  readonly sourceHttpRatePerSecond: number;
+  readonly componentFetchMaxBytes: number;
+  readonly componentFetchTimeoutMs: number;
+  readonly shutdownTimeoutMs: number;
+  readonly logLevel: Env["LOG_LEVEL"];
+  readonly version: string;
+}

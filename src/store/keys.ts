@@ -1,0 +1,81 @@
+/**
+ * The only place that knows Redis key names. Every key of a user carries the user's hash tag
+ * (`<prefix>:{u_abc}:...`) so that each multi-key atomic step stays inside one tag and Redis
+ * Cluster stays possible. Global lookups (API key hash -> user, endpoint token -> source) are
+ * single-key operations under the `{<prefix>}` tag.
+ */
+export type Keys = ReturnType<typeof createKeys>;
+
+/** Channel names as stored: "" and "default" are the same default channel. */
+export function normalizeChannel(name: string | undefined | null): string {
+  return !name || name === "default" ? "" : name;
+}
+
+export function createKeys(prefix: string) {
+  const g = `${prefix}:{${prefix}}`;
+  const u = (userId: string) => `${prefix}:{${userId}}`;
+  return {
+    prefix,
+    /** BullMQ queue prefix (one hash tag for all queues, as BullMQ documents for Cluster). */
+    bullPrefix: `${prefix}:{bull}`,
+
+    // ---- global ----
+    /** hash: sha256(api key) -> user id */
+    apiKeys: () => `${g}:apikeys`,
+    /** zset: user ids by creation time */
+    users: () => `${g}:users`,
+    /** hash: username -> user id (uniqueness) */
+    usernames: () => `${g}:usernames`,
+    /** hash: HTTP endpoint token -> "<user id> <source id>" */
+    endpoints: () => `${g}:endpoints`,
+    /** hash: id -> user id, for ids reached without a user (deliveries retried by admin, etc.) */
+    owners: () => `${g}:owners`,
+
+    // ---- per user ----
+    user: (userId: string) => `${u(userId)}:user`,
+    usage: (userId: string, day: string) => `${u(userId)}:usage:${day}`,
+    billingUsage: (userId: string, periodStart: number) => `${u(userId)}:billing:${periodStart}`,
+
+    components: (userId: string) => `${u(userId)}:components`,
+    component: (userId: string, id: string) => `${u(userId)}:component:${id}`,
+    componentsByHash: (userId: string) => `${u(userId)}:components:byhash`,
+    componentsByKey: (userId: string) => `${u(userId)}:components:bykey`,
+
+    sources: (userId: string) => `${u(userId)}:sources`,
+    source: (userId: string, id: string) => `${u(userId)}:source:${id}`,
+    sourceSlugs: (userId: string) => `${u(userId)}:sources:slugs`,
+    sourceDb: (userId: string, id: string) => `${u(userId)}:db:${id}`,
+    sourceDedupe: (userId: string, id: string) => `${u(userId)}:dedupe:${id}`,
+
+    webhooks: (userId: string) => `${u(userId)}:webhooks`,
+    webhook: (userId: string, id: string) => `${u(userId)}:webhook:${id}`,
+
+    workflows: (userId: string) => `${u(userId)}:workflows`,
+    workflow: (userId: string, id: string) => `${u(userId)}:workflow:${id}`,
+
+    /** hash: subscription id -> JSON {id, emitter_id, listener_id, event_name} */
+    subscriptions: (userId: string) => `${u(userId)}:subs`,
+    /** zset: subscription ids by creation time (list order) */
+    subscriptionOrder: (userId: string) => `${u(userId)}:subs:order`,
+    /** hash: "emitter\nlistener\nevent_name" -> subscription id (idempotency) */
+    subscriptionTriples: (userId: string) => `${u(userId)}:subs:triples`,
+    /** set: subscription ids whose emitter is `emitter` (an id or a glob) and channel is `channel` */
+    subscriptionIndex: (userId: string, emitter: string, channel: string) =>
+      `${u(userId)}:subs:idx:${emitter}:${encodeURIComponent(normalizeChannel(channel))}`,
+    /** hash: auto-subscription id -> JSON */
+    autoSubscriptions: (userId: string) => `${u(userId)}:asubs`,
+
+    /** stream: the latest 100 events of one (emitter, channel) */
+    events: (userId: string, emitterId: string, channel: string) =>
+      `${u(userId)}:events:${emitterId}:${encodeURIComponent(normalizeChannel(channel))}`,
+    /** set: channels (encoded) that have an event stream for an emitter, for deletion */
+    eventChannels: (userId: string, emitterId: string) => `${u(userId)}:events:${emitterId}:channels`,
+
+    /** zset: delivery ids of a webhook by creation time (attempt log) */
+    deliveries: (userId: string, webhookId: string) => `${u(userId)}:deliveries:${webhookId}`,
+    delivery: (userId: string, id: string) => `${u(userId)}:delivery:${id}`,
+
+    /** stream: the outbox read by fan-out workers through a consumer group */
+    outbox: () => `${g}:outbox`,
+  };
+}
