@@ -14,7 +14,13 @@ const int = (min: number, max: number) =>
     .string()
     .regex(/^\d+$/, { message: `accepts an integer from ${min} to ${max}` })
     .transform(Number)
-    .pipe(z.number().int().min(min, { message: `accepts an integer from ${min} to ${max}` }).max(max, { message: `accepts an integer from ${min} to ${max}` }));
+    .pipe(
+      z
+        .number()
+        .int()
+        .min(min, { message: `accepts an integer from ${min} to ${max}` })
+        .max(max, { message: `accepts an integer from ${min} to ${max}` }),
+    );
 const ROLE_NAMES = ["api", "worker", "scheduler"] as const;
 export type Role = (typeof ROLE_NAMES)[number];
 
@@ -46,7 +52,12 @@ export const envSchema = z.object({
   ROLES: z
     .string()
     .default("api,worker,scheduler")
-    .transform((s) => s.split(",").map((r) => r.trim()).filter(Boolean))
+    .transform((s) =>
+      s
+        .split(",")
+        .map((r) => r.trim())
+        .filter(Boolean),
+    )
     .pipe(z.array(z.enum(ROLE_NAMES, { message: "accepts a comma list of api, worker, scheduler" })).min(1)),
   /** Lets deliveries and fetches reach loopback, private and link-local addresses. */
   ALLOW_PRIVATE_DESTINATIONS: bool.default(false),
@@ -84,7 +95,12 @@ export const envSchema = z.object({
   SANDBOX_ALLOWED_PACKAGES: z
     .string()
     .default("@pipedream/platform")
-    .transform((s) => s.split(",").map((p) => p.trim()).filter(Boolean)),
+    .transform((s) =>
+      s
+        .split(",")
+        .map((p) => p.trim())
+        .filter(Boolean),
+    ),
   /** Concurrent source runs per worker process. */
   SOURCE_RUN_CONCURRENCY: int(1, 256).default(4),
   /** Average HTTP requests per second accepted by one source endpoint (burst is 2x). */
@@ -96,7 +112,11 @@ export const envSchema = z.object({
   /** How long shutdown waits for in-flight work before giving up. */
   SHUTDOWN_TIMEOUT_MS: int(100, 600_000).default(10_000),
   /** pino level. */
-  LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+  LOG_LEVEL: z
+    .enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"], {
+      message: "accepts fatal, error, warn, info, debug, trace or silent",
+    })
+    .default("info"),
 });
 
 export type Env = z.infer<typeof envSchema>;

@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 
@@ -21,6 +21,9 @@ export interface EmbeddedRedisOptions {
 }
 
 export class RedisServerMissingError extends Error {}
+
+/** Where a persistent embedded server records its URL, so the CLI can find it. */
+export const embeddedUrlFile = (dir: string): string => path.join(dir, "redis.url");
 
 /** True when a `redis-server` binary is on PATH. */
 export function redisServerOnPath(): boolean {
@@ -84,9 +87,12 @@ export async function startEmbeddedRedis(opts: EmbeddedRedisOptions = {}): Promi
     }
     await new Promise((r) => setTimeout(r, 50));
   }
+  const url = `redis://127.0.0.1:${port}`;
+  const urlFile = opts.dir ? embeddedUrlFile(path.resolve(opts.dir)) : undefined;
+  if (urlFile) writeFileSync(urlFile, `${url}\n`);
   let closing: Promise<void> | undefined;
   return {
-    url: `redis://127.0.0.1:${port}`,
+    url,
     port,
     pid: child.pid,
     close() {
@@ -99,6 +105,7 @@ export async function startEmbeddedRedis(opts: EmbeddedRedisOptions = {}): Promi
         });
         child.kill("SIGTERM");
       });
+      if (urlFile) rmSync(urlFile, { force: true });
       return closing;
     },
   };

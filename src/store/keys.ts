@@ -38,6 +38,7 @@ export function createKeys(prefix: string) {
 
     components: (userId: string) => `${u(userId)}:components`,
     component: (userId: string, id: string) => `${u(userId)}:component:${id}`,
+    componentCompiled: (userId: string, id: string) => `${u(userId)}:component:${id}:compiled`,
     componentsByHash: (userId: string) => `${u(userId)}:components:byhash`,
     componentsByKey: (userId: string) => `${u(userId)}:components:bykey`,
 
@@ -67,9 +68,9 @@ export function createKeys(prefix: string) {
 
     /** stream: the latest 100 events of one (emitter, channel) */
     events: (userId: string, emitterId: string, channel: string) =>
-      `${u(userId)}:events:${emitterId}:${encodeURIComponent(normalizeChannel(channel))}`,
-    /** set: channels (encoded) that have an event stream for an emitter, for deletion */
-    eventChannels: (userId: string, emitterId: string) => `${u(userId)}:events:${emitterId}:channels`,
+      `${u(userId)}:events:${emitterId}:c:${encodeURIComponent(normalizeChannel(channel))}`,
+    /** set: channels (normalized, raw) that have an event stream for an emitter, for deletion */
+    eventChannels: (userId: string, emitterId: string) => `${u(userId)}:events:${emitterId}:channels-set`,
 
     /** zset: delivery ids of a webhook by creation time (attempt log) */
     deliveries: (userId: string, webhookId: string) => `${u(userId)}:deliveries:${webhookId}`,

@@ -1,0 +1,26 @@
+# syntax=docker/dockerfile:1
+# Build stage: install every dependency (isolated-vm compiles with g++) and compile TypeScript.
+FROM node:20-bookworm AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+RUN npx tsc -p tsconfig.build.json && npm prune --omit=dev
+
+# Runtime stage: production dependencies and compiled code only, as a non-root user.
+FROM node:20-bookworm-slim
+ENV NODE_ENV=production PORT=3000 HOST=0.0.0.0
+WORKDIR /app
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY package.json ./
+COPY registry ./registry
+COPY config ./config
+RUN ln -s /app/dist/src/cli/main.js /usr/local/bin/tributary && chmod +x /app/dist/src/cli/main.js \
+  && mkdir -p /app/data && chown -R node:node /app/data
+USER node
+EXPOSE 3000
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+  CMD node -e "fetch('http://127.0.0.1:'+(process.env.PORT||3000)+'/readyz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
+CMD ["node", "--no-node-snapshot", "dist/src/main.js"]

@@ -1,0 +1,44 @@
+import type { Context, Next } from "koa";
+import { NotFoundError, UnauthorizedError } from "../../domain/errors.js";
+import { timingSafeEqual, createHash } from "node:crypto";
+
+export interface Authenticator {
+  authenticate(apiKey: string): Promise<string | undefined>;
+}
+
+function bearer(ctx: Context): string | undefined {
+  const header = ctx.get("authorization");
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return m?.[1];
+}
+
+/** Resolves `Authorization: Bearer <key>` to `ctx.state.userId`; 401 otherwise. */
+export function requireUser(auth: Authenticator) {
+  return async function authenticate(ctx: Context, next: Next): Promise<void> {
+    const key = bearer(ctx);
+    if (!key) throw new UnauthorizedError("missing Authorization: Bearer <API key> header");
+    const userId = await auth.authenticate(key);
+    if (!userId) throw new UnauthorizedError("invalid or revoked API key");
+    ctx.state.userId = userId;
+    await next();
+  };
+}
+
+const digest = (s: string) => createHash("sha256").update(s).digest();
+
+/** The admin API: 404 when no ADMIN_TOKEN is configured, 401 on a wrong token (constant-time compare). */
+export function requireAdmin(adminToken: string | undefined) {
+  const expected = adminToken ? digest(adminToken) : undefined;
+  return async function admin(ctx: Context, next: Next): Promise<void> {
+    if (!expected) throw new NotFoundError(`no route for ${ctx.method} ${ctx.path}`, "route_not_found");
+    const token = bearer(ctx);
+    if (!token || !timingSafeEqual(digest(token), expected)) throw new UnauthorizedError("missing or invalid admin token");
+    await next();
+  };
+}
+
+export const userIdOf = (ctx: Context): string => {
+  const id = ctx.state.userId;
+  if (typeof id !== "string") throw new UnauthorizedError();
+  return id;
+};

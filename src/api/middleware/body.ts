@@ -1,0 +1,34 @@
+import { bodyParser } from "@koa/bodyparser";
+import type { Context, Next } from "koa";
+import { UnsupportedMediaTypeError } from "../../domain/errors.js";
+
+/** True when the request carries a body (a length above zero, or chunked). */
+function hasBody(ctx: Context): boolean {
+  const len = ctx.get("content-length");
+  if (len !== "") return Number(len) > 0;
+  return ctx.get("transfer-encoding") !== "";
+}
+
+/**
+ * JSON bodies for the management API: a body that is not JSON is a 415, malformed JSON a 400,
+ * and a body over the limit a 413 (the error middleware maps co-body's errors).
+ */
+export function jsonBody(limitBytes: number) {
+  const parse = bodyParser({ enableTypes: ["json"], jsonLimit: limitBytes, jsonStrict: true, encoding: "utf-8" });
+  return async function json(ctx: Context, next: Next): Promise<void> {
+    if ((ctx.method === "POST" || ctx.method === "PUT" || ctx.method === "PATCH") && hasBody(ctx)) {
+      if (!ctx.is("application/json", "+json")) {
+        throw new UnsupportedMediaTypeError(
+          `Content-Type must be application/json (got ${ctx.get("content-type").slice(0, 100) || "none"})`,
+        );
+      }
+      // A declared length over the limit is refused before reading a byte.
+      const declared = Number(ctx.get("content-length") || 0);
+      if (declared > limitBytes) {
+        const err = Object.assign(new Error("request entity too large"), { status: 413, type: "entity.too.large" });
+        throw err;
+      }
+    }
+    await parse(ctx, next);
+  };
+}

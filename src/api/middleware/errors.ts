@@ -1,0 +1,70 @@
+import type { Context, Next } from "koa";
+import type { Logger } from "../../observability/logger.js";
+import { AppError, PayloadTooLargeError, UnavailableError, ValidationError } from "../../domain/errors.js";
+
+/** Errors thrown by co-body / raw-body carry these fields. */
+interface HttpLikeError {
+  status?: number;
+  statusCode?: number;
+  type?: string;
+  expose?: boolean;
+  message?: string;
+}
+
+/** Redis being down shows up as these ioredis/BullMQ errors: answer 503, not 500. */
+function isRedisUnavailable(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const name = err.name;
+  const msg = err.message;
+  return (
+    name === "MaxRetriesPerRequestError" ||
+    /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|connect ETIMEDOUT|LOADING|READONLY|MISCONF/.test(msg)
+  );
+}
+
+/** Maps anything thrown into the closed set of AppErrors. Unknown errors become undefined (→ 500). */
+export function toAppError(err: unknown): AppError | undefined {
+  if (err instanceof AppError) return err;
+  if (isRedisUnavailable(err)) return new UnavailableError("storage is unavailable, retry shortly");
+  const e = err as HttpLikeError;
+  const status = e?.status ?? e?.statusCode;
+  if (e?.type === "entity.too.large" || status === 413) return new PayloadTooLargeError();
+  if (e?.type === "entity.parse.failed") return new ValidationError("request body is not valid JSON", "invalid_json");
+  if (e?.type === "encoding.unsupported" || e?.type === "charset.unsupported") {
+    return new ValidationError("request body has an unsupported encoding", "invalid_body");
+  }
+  if (e?.type === "request.aborted") return new ValidationError("request was aborted", "request_aborted");
+  if (typeof status === "number" && status >= 400 && status < 500 && e.expose) {
+    return new AppError(status, "bad_request", e.message || "bad request");
+  }
+  return undefined;
+}
+
+/**
+ * The one place that turns errors into responses: `{"error": "<message>", "code": "<snake_case>"}`.
+ * Expected 4xx log at debug; anything unknown is logged in full and answered with a generic 500.
+ */
+export function errorHandler(logger: Logger) {
+  return async function handleErrors(ctx: Context, next: Next): Promise<void> {
+    try {
+      await next();
+      if (ctx.status === 404 && ctx.body === undefined) {
+        ctx.status = 404;
+        ctx.body = { error: `no route for ${ctx.method} ${ctx.path}`, code: "route_not_found" };
+      }
+    } catch (err) {
+      const known = toAppError(err);
+      if (known) {
+        if (known.status >= 500) logger.warn({ err, path: ctx.path }, "request failed: dependency unavailable");
+        else logger.debug({ code: known.code, path: ctx.path }, known.message);
+        ctx.status = known.status;
+        ctx.set(known.headers);
+        ctx.body = { error: known.message, code: known.code };
+        return;
+      }
+      logger.error({ err, method: ctx.method, path: ctx.path }, "unhandled error");
+      ctx.status = 500;
+      ctx.body = { error: "internal server error", code: "internal_error" };
+    }
+  };
+}

@@ -1,0 +1,26 @@
+import type { Context, Next } from "koa";
+import type { Metrics } from "../../observability/metrics.js";
+
+/**
+ * Records every request in the duration histogram, labelled by route template (never the raw
+ * path, which carries ids) so cardinality stays bounded.
+ */
+export function observeRequests(metrics: Metrics) {
+  return async function observe(ctx: Context, next: Next): Promise<void> {
+    const started = process.hrtime.bigint();
+    try {
+      await next();
+    } finally {
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      const route = (ctx as Context & { _matchedRoute?: string | RegExp })._matchedRoute;
+      metrics.httpRequestDuration.observe(
+        {
+          route: typeof route === "string" ? route : (ctx.state.routeLabel ?? "unmatched"),
+          method: ctx.method,
+          status: String(ctx.status),
+        },
+        seconds,
+      );
+    }
+  };
+}

@@ -1,0 +1,87 @@
+import type { Router } from "@koa/router";
+import type { Context } from "koa";
+import { ValidationError } from "../../domain/errors.js";
+import { isEventId } from "../../domain/ids.js";
+import { parseLimit } from "../../domain/pagination.js";
+import { parseEmitBody, type Ingest } from "../../events/ingest.js";
+import type { EventStore } from "../../events/store.js";
+import type { MaintenanceJob } from "../../queue/catalog.js";
+import type { SourceService } from "../../services/sources.js";
+import { parseEventName } from "../../services/subscriptions.js";
+import { parseWorkflowId, type WorkflowService } from "../../services/workflows.js";
+import { userIdOf } from "../middleware/auth.js";
+import { noContent, params, sendData, sendPage } from "../params.js";
+
+export interface EventRouteDeps {
+  events: EventStore;
+  ingest: Ingest;
+  sources: SourceService;
+  workflows: WorkflowService;
+  enqueueMaintenance: (job: MaintenanceJob) => Promise<void>;
+  version: string;
+}
+
+function summaryQuery(ctx: Context) {
+  const p = params(ctx);
+  const expand = typeof p.expand === "string" && p.expand.split(",").some((s) => s.trim() === "event");
+  const after = p.after === undefined || p.after === "" ? undefined : p.after;
+  const before = p.before === undefined || p.before === "" ? undefined : p.before;
+  if (after !== undefined && before !== undefined) throw new ValidationError("pass either after or before, not both");
+  if ((after !== undefined && typeof after !== "string") || (before !== undefined && typeof before !== "string")) {
+    throw new ValidationError("after and before must be event ids");
+  }
+  return { limit: parseLimit(p.limit), after, before, expand, channel: parseEventName(p.event_name, { required: false }) };
+}
+
+function optionalEventId(raw: unknown, name: string): string | null {
+  if (raw === undefined || raw === null || raw === "") return null;
+  if (!isEventId(raw)) throw new ValidationError(`${name} must be an event id (<ms>-<seq>)`);
+  return raw;
+}
+
+/** Event summaries, event deletion and the workflow ingress (SPEC §2 event summaries, §3). */
+export function eventRoutes(deps: EventRouteDeps) {
+  return (router: Router): void => {
+    router.get("/sources/:id/event_summaries", async (ctx) => {
+      const userId = userIdOf(ctx);
+      const source = await deps.sources.get(userId, ctx.params.id);
+      const q = summaryQuery(ctx);
+      sendPage(ctx, await deps.events.summaries(userId, source.id, q.channel, q));
+    });
+
+    router.delete("/sources/:id/events", async (ctx) => {
+      const userId = userIdOf(ctx);
+      const source = await deps.sources.get(userId, ctx.params.id);
+      const p = params(ctx);
+      const startId = optionalEventId(p.start_id, "start_id");
+      const endId = optionalEventId(p.end_id, "end_id");
+      const channel = parseEventName(p.event_name, { required: false });
+      await deps.enqueueMaintenance({ kind: "delete-events", userId, emitterId: source.id, channel, startId, endId });
+      noContent(ctx, 202);
+    });
+
+    const workflowSummaries = (fixedChannel?: string) => async (ctx: Context) => {
+      const userId = userIdOf(ctx);
+      const workflow = await deps.workflows.get(userId, (ctx as Context & { params: { id: string } }).params.id);
+      const q = summaryQuery(ctx);
+      sendPage(ctx, await deps.events.summaries(userId, workflow.id, fixedChannel ?? q.channel, q));
+    };
+    router.get("/workflows/:id/event_summaries", workflowSummaries());
+    router.get("/workflows/:id/$errors/event_summaries", workflowSummaries("$errors"));
+
+    router.post("/workflows/:id/events", async (ctx) => {
+      const userId = userIdOf(ctx);
+      const workflowId = parseWorkflowId(ctx.params.id);
+      const { batch, emits } = parseEmitBody((ctx.request as { body?: unknown }).body);
+      const ids = await deps.ingest.workflowEmit(userId, workflowId, emits);
+      sendData(ctx, batch ? ids.map((id) => ({ id })) : { id: ids[0] }, 202);
+    });
+
+    router.post("/workflows/:id/$errors/events", async (ctx) => {
+      const userId = userIdOf(ctx);
+      const workflowId = parseWorkflowId(ctx.params.id);
+      const id = await deps.ingest.workflowError(userId, workflowId, (ctx.request as { body?: unknown }).body, deps.version);
+      sendData(ctx, { id }, 202);
+    });
+  };
+}

@@ -1,0 +1,24 @@
+import type { Router } from "@koa/router";
+import { webhookView, type WebhookService } from "../../services/webhooks.js";
+import { userIdOf } from "../middleware/auth.js";
+import { noContent, pageRequest, params, sendData, sendPage } from "../params.js";
+
+export function webhookRoutes(router: Router, webhooks: WebhookService): void {
+  router.post("/webhooks", async (ctx) => {
+    sendData(ctx, webhookView(await webhooks.create(userIdOf(ctx), params(ctx)), true));
+  });
+  router.get("/users/me/webhooks", async (ctx) => {
+    const page = await webhooks.list(userIdOf(ctx), pageRequest(ctx));
+    sendPage(ctx, { page_info: page.page_info, data: page.data.map((w) => webhookView(w, false)) });
+  });
+  router.get("/webhooks/:id", async (ctx) => {
+    sendData(ctx, webhookView(await webhooks.get(userIdOf(ctx), ctx.params.id), true));
+  });
+  router.put("/webhooks/:id", async (ctx) => {
+    sendData(ctx, webhookView(await webhooks.update(userIdOf(ctx), ctx.params.id, params(ctx)), true));
+  });
+  router.delete("/webhooks/:id", async (ctx) => {
+    await webhooks.delete(userIdOf(ctx), ctx.params.id);
+    noContent(ctx);
+  });
+}

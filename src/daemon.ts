@@ -1,0 +1,259 @@
+import { randomBytes, randomUUID } from "node:crypto";
+import type { Server } from "node:http";
+import { Queue, type ConnectionOptions } from "bullmq";
+import { Redis } from "ioredis";
+import { Registry } from "prom-client";
+import { createApp } from "./api/app.js";
+import { deliveryRoutes } from "./api/routes/deliveries.js";
+import { eventRoutes } from "./api/routes/events.js";
+import type { Config } from "./config/schema.js";
+import { AttemptLog } from "./delivery/attempt-log.js";
+import { createSender } from "./delivery/sender.js";
+import { DeliveryWorker } from "./delivery/worker.js";
+import { maxAttempts } from "./domain/retry-policy.js";
+import { slugify } from "./domain/slug.js";
+import { FanoutWorker } from "./events/fanout.js";
+import { Ingest } from "./events/ingest.js";
+import { MaintenanceWorker } from "./events/maintenance.js";
+import { EventStore } from "./events/store.js";
+import { createGuardedAgent } from "./net/guarded-agent.js";
+import type { Logger } from "./observability/logger.js";
+import { createMetrics } from "./observability/metrics.js";
+import { QueueMonitor } from "./observability/queue-monitor.js";
+import { QUEUES, type MaintenanceJob } from "./queue/catalog.js";
+import { createAnalyzer } from "./runtime/analyzer.js";
+import { createRuntime, type Runtime } from "./runtime/index.js";
+import { ComponentService } from "./services/components.js";
+import { createComponentFetcher } from "./services/component-fetcher.js";
+import { SourceService } from "./services/sources.js";
+import { SubscriptionService } from "./services/subscriptions.js";
+import { UsageReader, UserService } from "./services/users.js";
+import { WebhookService } from "./services/webhooks.js";
+import { WorkflowService } from "./services/workflows.js";
+import { ComponentStore } from "./store/components.js";
+import type { StoreContext } from "./store/context.js";
+import { createKeys } from "./store/keys.js";
+import { SourceStore } from "./store/sources.js";
+import { SubscriptionStore } from "./store/subscriptions.js";
+import { UserStore } from "./store/users.js";
+import { WebhookStore } from "./store/webhooks.js";
+import { WorkflowStore } from "./store/workflows.js";
+
+export interface Daemon {
+  readonly server: Server | undefined;
+  /** The bound port (useful with PORT=0). */
+  readonly port: number;
+  readonly users: UserStore;
+  /** Shuts down in the written order; idempotent. */
+  close(): Promise<void>;
+}
+
+export interface DaemonOptions {
+  readonly config: Config;
+  readonly logger: Logger;
+  readonly redisUrl: string;
+  readonly registryDir: string;
+}
+
+/**
+ * The composition root: builds every part from the config and starts the roles this process
+ * runs. Shutdown order (SPEC/STYLE): stop accepting HTTP, drain workers with a deadline, close
+ * queues, quit Redis.
+ */
+export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
+  const { config, logger } = opts;
+  const roles = new Set(config.roles);
+  const redisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true } as const;
+  const redis = new Redis(opts.redisUrl, redisOptions);
+  redis.on("error", (err) => logger.warn({ err: err.message }, "redis connection error"));
+  const blocking = new Redis(opts.redisUrl, redisOptions);
+  blocking.on("error", () => {});
+  const connection: ConnectionOptions = redis.duplicate();
+  const keys = createKeys(config.keyPrefix);
+  const ctx: StoreContext = { redis, keys, now: Date.now, randomBytes: (n) => randomBytes(n) };
+  const registry = new Registry();
+  const metrics = createMetrics(registry);
+  const agent = createGuardedAgent({ allowPrivate: config.allowPrivateDestinations });
+  const attempts = maxAttempts(config.deliveryRetryScheduleMs);
+
+  const queueOpts = { connection, prefix: keys.bullPrefix };
+  const deliveryQueue = new Queue(QUEUES.delivery, queueOpts);
+  const sourceRunQueue = new Queue(QUEUES.sourceRun, queueOpts);
+  const maintenanceQueue = new Queue(QUEUES.maintenance, queueOpts);
+  const timersQueue = new Queue(QUEUES.timers, queueOpts);
+  for (const q of [deliveryQueue, sourceRunQueue, maintenanceQueue, timersQueue])
+    q.on("error", (err) => logger.warn({ err: err.message }, "queue error"));
+
+  // Stores and services.
+  const userStore = new UserStore(ctx);
+  const componentStore = new ComponentStore(ctx);
+  const sourceStore = new SourceStore(ctx);
+  const webhookStore = new WebhookStore(ctx);
+  const subscriptionStore = new SubscriptionStore(ctx);
+  const workflowStore = new WorkflowStore(ctx);
+  const events = new EventStore(redis, keys);
+  const attemptLog = new AttemptLog(redis, keys, config.deliveryLogLimit, Date.now);
+
+  const analyzer = createAnalyzer(config);
+  const fetcher = createComponentFetcher({ agent, timeoutMs: config.componentFetchTimeoutMs, maxBytes: config.componentFetchMaxBytes });
+  const components = new ComponentService(componentStore, analyzer, fetcher, opts.registryDir);
+  const workflows = new WorkflowService(workflowStore, subscriptionStore);
+  const ingest = new Ingest(events, workflows, metrics, Date.now, ctx.randomBytes);
+  const runtime: Runtime = createRuntime({
+    config,
+    logger,
+    metrics,
+    redis,
+    keys,
+    connection,
+    prefix: keys.bullPrefix,
+    agent,
+    sourceStore,
+    components,
+    ingest,
+    events,
+    sourceRunQueue,
+    timersQueue,
+  });
+  const sources = new SourceService(sourceStore, components, subscriptionStore, runtime.lifecycle, {
+    publicUrl: config.publicUrl,
+    timerMinIntervalSeconds: config.timerMinIntervalSeconds,
+    now: Date.now,
+    randomBytes: ctx.randomBytes,
+    slugify,
+  });
+  const webhooks = new WebhookService(webhookStore, subscriptionStore, ctx.randomBytes);
+  const subscriptions = new SubscriptionService(subscriptionStore, sourceStore, webhookStore, workflows);
+  const users = new UserService(
+    userStore,
+    new UsageReader(redis, keys),
+    { dailyInvocations: config.freeDailyInvocationsQuota, dailyComputeMs: config.freeDailyComputeTimeQuotaMs },
+    Date.now,
+  );
+
+  const purgeUser = async (userId: string) => {
+    for (const id of await sourceStore.ids(userId)) {
+      const s = await sourceStore.get(userId, id);
+      if (s) await sources.delete(userId, s.id).catch((err) => logger.warn({ err, sourceId: id }, "purge: source removal failed"));
+    }
+    await userStore.delete(userId);
+  };
+
+  // Workers.
+  const closers: (() => Promise<void>)[] = [];
+  const sender = createSender({ agent, timeoutMs: config.deliveryTimeoutMs });
+  let fanout: FanoutWorker | undefined;
+  let deliveryWorker: DeliveryWorker | undefined;
+  let maintenance: MaintenanceWorker | undefined;
+  if (roles.has("worker")) {
+    fanout = new FanoutWorker({
+      blocking,
+      redis,
+      keys,
+      subscriptions: subscriptionStore,
+      attemptLog,
+      deliveryQueue,
+      sourceRunQueue,
+      deliveryJobOptions: { attempts },
+      logger,
+      metrics,
+      consumer: `${process.pid}-${randomUUID().slice(0, 8)}`,
+      claimIdleMs: 15_000,
+    });
+    await fanout.start();
+    deliveryWorker = new DeliveryWorker({
+      connection,
+      prefix: keys.bullPrefix,
+      concurrency: config.deliveryConcurrency,
+      sender,
+      attemptLog,
+      webhooks: webhookStore,
+      workflows: workflowStore,
+      scheduleMs: config.deliveryRetryScheduleMs,
+      logger,
+      metrics,
+    });
+    deliveryWorker.start();
+    maintenance = new MaintenanceWorker({ connection, prefix: keys.bullPrefix, events, logger });
+    maintenance.start();
+  }
+  await runtime.start(roles);
+  const monitor = new QueueMonitor([deliveryQueue, sourceRunQueue, maintenanceQueue, timersQueue], metrics);
+  monitor.start();
+
+  // HTTP.
+  let server: Server | undefined;
+  let port = config.port;
+  if (roles.has("api")) {
+    const app = createApp({
+      logger,
+      metrics,
+      adminToken: config.adminToken,
+      bodyLimitBytes: config.bodyLimitBytes,
+      users,
+      components,
+      sources,
+      subscriptions,
+      webhooks,
+      workflows,
+      purgeUser,
+      ready: async () => (await redis.ping()) === "PONG" && runtime.healthy(),
+      endpoints: runtime.endpoints,
+      v1Modules: [
+        eventRoutes({
+          events,
+          ingest,
+          sources,
+          workflows,
+          version: config.version,
+          enqueueMaintenance: async (job: MaintenanceJob) => {
+            await maintenanceQueue.add(job.kind, job, {
+              removeOnComplete: true,
+              removeOnFail: 1000,
+              attempts: 3,
+              backoff: { type: "exponential", delay: 1000 },
+            });
+          },
+        }),
+        deliveryRoutes({ webhooks, log: attemptLog, queue: deliveryQueue, attempts }),
+      ],
+    });
+    server = await new Promise<Server>((resolve, reject) => {
+      const s = app.listen(config.port, config.host, () => resolve(s));
+      s.once("error", reject);
+    });
+    server.keepAliveTimeout = 65_000;
+    const addr = server.address();
+    if (addr && typeof addr === "object") port = addr.port;
+    logger.info({ port, host: config.host, roles: [...roles] }, "tributary listening");
+  }
+
+  let closing: Promise<void> | undefined;
+  const close = () => {
+    closing ??= (async () => {
+      const deadline = <T>(p: Promise<T>) =>
+        Promise.race([p, new Promise<void>((r) => setTimeout(r, config.shutdownTimeoutMs).unref())]).catch((err) =>
+          logger.warn({ err }, "shutdown step failed"),
+        );
+      // 1. Stop accepting HTTP.
+      if (server) {
+        const s = server;
+        await deadline(new Promise<void>((r) => s.close(() => r())));
+        s.closeAllConnections?.();
+      }
+      // 2. Drain workers (in-flight attempts finish or time out).
+      monitor.close();
+      await deadline(
+        Promise.all([fanout?.close(), deliveryWorker?.close(), maintenance?.close(), runtime.close(), ...closers.map((c) => c())]),
+      );
+      await sender.close();
+      // 3. Close queues.
+      await deadline(Promise.all([deliveryQueue.close(), sourceRunQueue.close(), maintenanceQueue.close(), timersQueue.close()]));
+      await agent.close().catch(() => {});
+      // 4. Quit Redis.
+      await Promise.all([redis.quit().catch(() => {}), blocking.quit().catch(() => {}), (connection as Redis).quit().catch(() => {})]);
+    })();
+    return closing;
+  };
+  return { server, port, users: userStore, close };
+}

@@ -1,0 +1,122 @@
+import type { Redis } from "ioredis";
+import type { PageRequest } from "../domain/pagination.js";
+import { epochSeconds, parseStored } from "../store/context.js";
+import type { Keys } from "../store/keys.js";
+import { loadJson, pageFromSortedSet, type Page } from "../store/listing.js";
+
+export type DeliveryStatus = "pending" | "delivered" | "failed";
+
+export interface AttemptRecord {
+  attempt: number;
+  /** ISO 8601 time the attempt started. */
+  at: string;
+  status_code: number | null;
+  duration_ms: number;
+  error: string | null;
+}
+
+export interface DeliveryRecord {
+  id: string;
+  user_id: string;
+  listener_id: string;
+  listener_kind: "webhook" | "workflow";
+  event_id: string;
+  emitter_id: string;
+  event_name: string;
+  status: DeliveryStatus;
+  attempts: AttemptRecord[];
+  created_at: number;
+  updated_at: number;
+  /** The payload, kept so a failed delivery can be replayed after the summary stream rolled over. */
+  payload: string;
+  accepted_at_ms: number;
+  replays: number;
+}
+
+/** The API shape of one delivery (SPEC §6). */
+export function deliveryView(d: DeliveryRecord) {
+  return {
+    id: d.id,
+    event_id: d.event_id,
+    emitter_id: d.emitter_id,
+    event_name: d.event_name,
+    status: d.status,
+    attempts: d.attempts,
+    created_at: d.created_at,
+    updated_at: d.updated_at,
+  };
+}
+
+/**
+ * The attempt log of webhook deliveries: one record per delivery, indexed newest first per
+ * webhook and trimmed to the configured size. Workflow deliveries are logged under the workflow id.
+ */
+export class AttemptLog {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+    private readonly limit: number,
+    private readonly now: () => number,
+  ) {}
+
+  /** Creates pending records; existing ones (a redone fan-out) are left untouched. */
+  async createPending(
+    records: readonly Omit<DeliveryRecord, "status" | "attempts" | "created_at" | "updated_at" | "replays">[],
+  ): Promise<void> {
+    if (records.length === 0) return;
+    const nowMs = this.now();
+    const pipe = this.redis.pipeline();
+    for (const r of records) {
+      const full: DeliveryRecord = {
+        ...r,
+        status: "pending",
+        attempts: [],
+        created_at: epochSeconds(nowMs),
+        updated_at: epochSeconds(nowMs),
+        replays: 0,
+      };
+      pipe.set(this.keys.delivery(r.user_id, r.id), JSON.stringify(full), "NX");
+      pipe.zadd(this.keys.deliveries(r.user_id, r.listener_id), "NX", nowMs, r.id);
+    }
+    await pipe.exec();
+    await this.trim(records);
+  }
+
+  /** Keeps the newest `limit` deliveries per listener; older records go. */
+  private async trim(records: readonly { user_id: string; listener_id: string }[]): Promise<void> {
+    const seen = new Set<string>();
+    for (const r of records) {
+      const key = this.keys.deliveries(r.user_id, r.listener_id);
+      if (seen.has(key)) continue;
+      seen.add(key);
+      const excess = (await this.redis.zcard(key)) - this.limit;
+      if (excess <= 0) continue;
+      const old = await this.redis.zrange(key, 0, excess - 1);
+      const tx = this.redis.multi().zremrangebyrank(key, 0, excess - 1);
+      for (const id of old) tx.del(this.keys.delivery(r.user_id, id));
+      await tx.exec();
+    }
+  }
+
+  async get(userId: string, id: string): Promise<DeliveryRecord | undefined> {
+    return parseStored<DeliveryRecord>(await this.redis.get(this.keys.delivery(userId, id)));
+  }
+
+  /** Read-modify-write of one record; a delivery is worked by one job at a time, so no lost update. */
+  async update(userId: string, id: string, change: (d: DeliveryRecord) => DeliveryRecord): Promise<DeliveryRecord | undefined> {
+    const current = await this.get(userId, id);
+    if (!current) return undefined;
+    const next = { ...change(current), updated_at: epochSeconds(this.now()) };
+    await this.redis.set(this.keys.delivery(userId, id), JSON.stringify(next), "XX");
+    return next;
+  }
+
+  list(userId: string, listenerId: string, page: PageRequest): Promise<Page<DeliveryRecord>> {
+    return pageFromSortedSet(this.redis, this.keys.deliveries(userId, listenerId), page, (ids) =>
+      loadJson<DeliveryRecord>(
+        this.redis,
+        ids.map((id) => this.keys.delivery(userId, id)),
+      ),
+    );
+  }
+}

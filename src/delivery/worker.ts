@@ -1,0 +1,179 @@
+import { type Job, Worker, type ConnectionOptions } from "bullmq";
+import { classifyAttempt, type Outcome } from "../domain/delivery-outcome.js";
+import { webhookSignatureHeaders } from "../domain/signing.js";
+import type { Logger } from "../observability/logger.js";
+import type { Metrics } from "../observability/metrics.js";
+import { deliveryJob, type DeliveryJob, QUEUES } from "../queue/catalog.js";
+import type { WebhookStore } from "../store/webhooks.js";
+import type { WorkflowStore } from "../store/workflows.js";
+import type { AttemptLog, AttemptRecord } from "./attempt-log.js";
+import type { Sender, SendResult } from "./sender.js";
+
+/** Thrown to ask BullMQ for another attempt after `delayMs` (read by the backoff strategy). */
+export class RetryLater extends Error {
+  constructor(
+    readonly delayMs: number,
+    reason: string,
+  ) {
+    super(reason);
+    this.name = "RetryLater";
+  }
+}
+
+/** BullMQ custom backoff: the delay our classifier chose travels on the error. */
+export function backoffFromError(_attemptsMade: number, _type?: string, err?: Error): number {
+  return err instanceof RetryLater ? err.delayMs : 1000;
+}
+
+export interface DeliveryWorkerDeps {
+  connection: ConnectionOptions;
+  prefix: string;
+  concurrency: number;
+  sender: Sender;
+  attemptLog: AttemptLog;
+  webhooks: WebhookStore;
+  workflows: WorkflowStore;
+  scheduleMs: readonly number[];
+  logger: Logger;
+  metrics: Metrics;
+  now?: () => number;
+  random?: () => number;
+}
+
+type Target = { url: string; secret: string | null } | { skip: string };
+
+/**
+ * Works the delivery queue: signs and POSTs each event, records the attempt, and acts on the one
+ * classifier's verdict (delivered / retry after N ms / give up / deactivate the webhook).
+ */
+export class DeliveryWorker {
+  private readonly worker: Worker;
+  private readonly now: () => number;
+  private readonly random: () => number;
+
+  constructor(private readonly d: DeliveryWorkerDeps) {
+    this.now = d.now ?? Date.now;
+    this.random = d.random ?? Math.random;
+    this.worker = new Worker(QUEUES.delivery, (job) => this.process(job), {
+      connection: d.connection,
+      prefix: d.prefix,
+      concurrency: d.concurrency,
+      settings: { backoffStrategy: backoffFromError },
+      autorun: false,
+    });
+    this.worker.on("error", (err) => d.logger.error({ err }, "delivery worker error"));
+  }
+
+  start(): void {
+    void this.worker.run();
+  }
+
+  private async target(job: DeliveryJob): Promise<Target> {
+    if (job.listenerKind === "webhook") {
+      const w = await this.d.webhooks.get(job.userId, job.listenerId);
+      if (!w) return { skip: "webhook was deleted" };
+      if (!w.active) return { skip: "webhook is inactive" };
+      return { url: w.url, secret: w.signing_secret };
+    }
+    const wf = await this.d.workflows.get(job.userId, job.listenerId);
+    if (!wf) return { skip: "workflow was deleted" };
+    if (!wf.trigger_url) return { skip: "undeliverable: the workflow has no trigger_url" };
+    return { url: wf.trigger_url, secret: null };
+  }
+
+  async process(job: Job): Promise<void> {
+    const data = deliveryJob.parse(job.data);
+    const kind = data.listenerKind;
+    const record = await this.d.attemptLog.get(data.userId, data.deliveryId);
+    // A redone fan-out or a duplicate job finds the delivery already done: nothing to send.
+    if (record?.status === "delivered") return;
+    const target = await this.target(data);
+    if ("skip" in target) {
+      this.d.metrics.deliveries.inc({
+        listener_kind: kind,
+        outcome: target.skip.startsWith("undeliverable") ? "undeliverable" : "skipped",
+      });
+      this.d.logger.debug({ deliveryId: data.deliveryId, reason: target.skip }, "delivery skipped");
+      await this.d.attemptLog.update(data.userId, data.deliveryId, (d) => ({
+        ...d,
+        status: "failed",
+        attempts: [
+          ...d.attempts,
+          { attempt: d.attempts.length + 1, at: new Date(this.now()).toISOString(), status_code: null, duration_ms: 0, error: target.skip },
+        ],
+      }));
+      return;
+    }
+    const attempt = job.attemptsMade + 1;
+    const nowMs = this.now();
+    const headers: Record<string, string> = {
+      "content-type": "application/json",
+      "user-agent": "Tributary-Webhooks/1",
+      "x-tributary-emitter-id": data.emitterId,
+      "x-tributary-event-id": data.eventId,
+      "x-tributary-event-name": data.channel === "" ? "default" : data.channel,
+      "x-tributary-attempt": String(attempt),
+      "x-tributary-delivery-id": data.deliveryId,
+    };
+    const timestamp = Math.floor(nowMs / 1000);
+    if (target.secret) Object.assign(headers, webhookSignatureHeaders(target.secret, data.deliveryId, timestamp, data.payload));
+    else Object.assign(headers, { "webhook-id": data.deliveryId, "webhook-timestamp": String(timestamp) });
+
+    const result = await this.d.sender.send({ url: target.url, body: data.payload, headers });
+    this.d.metrics.deliveryAttemptDuration.observe({ listener_kind: kind }, result.durationMs / 1000);
+    const outcome = classifyAttempt({
+      statusCode: "statusCode" in result ? result.statusCode : undefined,
+      errorKind: "errorKind" in result ? result.errorKind : undefined,
+      retryAfter: "retryAfter" in result ? result.retryAfter : null,
+      attemptsMade: attempt,
+      scheduleMs: this.d.scheduleMs,
+      nowMs,
+      random: this.random,
+    });
+    await this.log(data, nowMs, result, outcome);
+    await this.act(data, outcome);
+  }
+
+  private async log(data: DeliveryJob, startedMs: number, result: SendResult, outcome: Outcome): Promise<void> {
+    const status = outcome.kind === "delivered" ? "delivered" : outcome.kind === "retry" ? "pending" : "failed";
+    await this.d.attemptLog.update(data.userId, data.deliveryId, (d) => {
+      const entry: AttemptRecord = {
+        attempt: d.attempts.length + 1,
+        at: new Date(startedMs).toISOString(),
+        status_code: "statusCode" in result ? result.statusCode : null,
+        duration_ms: Math.round(result.durationMs),
+        error: "error" in result ? result.error : outcome.kind === "delivered" ? null : outcome.reason,
+      };
+      return { ...d, status, attempts: [...d.attempts, entry] };
+    });
+  }
+
+  private async act(data: DeliveryJob, outcome: Outcome): Promise<void> {
+    const kind = data.listenerKind;
+    switch (outcome.kind) {
+      case "delivered":
+        this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "delivered" });
+        this.d.metrics.emitToDelivered.observe({ listener_kind: kind }, Math.max(0, this.now() - data.acceptedAtMs) / 1000);
+        return;
+      case "retry":
+        this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "retry" });
+        throw new RetryLater(outcome.delayMs, outcome.reason);
+      case "give_up":
+        this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "failed" });
+        return;
+      case "deactivate":
+        this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "deactivated" });
+        if (kind === "webhook") await this.d.webhooks.update(data.userId, data.listenerId, { active: false });
+        return;
+      default: {
+        const never: never = outcome;
+        throw new Error(`unknown outcome ${JSON.stringify(never)}`);
+      }
+    }
+  }
+
+  /** Waits for attempts in flight (up to the caller's deadline) and stops. Idempotent. */
+  async close(force = false): Promise<void> {
+    await this.worker.close(force);
+  }
+}

@@ -1,0 +1,46 @@
+/**
+ * Resource ids: a prefix and random base62 (SPEC §2). Randomness is injected so tests can pin it;
+ * 16 base62 characters carry ~95 bits, far past guessable.
+ */
+const ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+export const ID_PREFIXES = ["u_", "sc_", "dc_", "sub_", "asub_", "wh_", "d_", "emit_"] as const;
+export type IdPrefix = (typeof ID_PREFIXES)[number];
+
+export type RandomBytes = (n: number) => Uint8Array;
+
+/** base62 string of `length` characters; rejection sampling keeps the distribution uniform. */
+export function randomBase62(length: number, randomBytes: RandomBytes): string {
+  let out = "";
+  while (out.length < length) {
+    for (const b of randomBytes(length * 2)) {
+      if (b < 248) out += ALPHABET[b % 62];
+      if (out.length === length) break;
+    }
+  }
+  return out;
+}
+
+export function newId(prefix: IdPrefix, randomBytes: RandomBytes, length = 16): string {
+  return prefix + randomBase62(length, randomBytes);
+}
+
+/** True when `id` has the prefix followed by base62 characters. */
+export function hasIdShape(id: unknown, prefix: IdPrefix): id is string {
+  return (
+    typeof id === "string" &&
+    id.length > prefix.length &&
+    id.length <= 64 &&
+    id.startsWith(prefix) &&
+    /^[A-Za-z0-9]+$/.test(id.slice(prefix.length))
+  );
+}
+
+/** Workflow ids are chosen by the caller: `p_` + 1..64 of [A-Za-z0-9_-] (SPEC §3). */
+export function isWorkflowId(id: unknown): id is string {
+  return typeof id === "string" && /^p_[A-Za-z0-9_-]{1,64}$/.test(id);
+}
+
+/** Event ids are Redis stream ids `<ms>-<seq>`. */
+export function isEventId(id: unknown): id is string {
+  return typeof id === "string" && /^\d{1,16}-\d{1,16}$/.test(id);
+}

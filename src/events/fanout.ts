@@ -1,0 +1,253 @@
+import { createHash } from "node:crypto";
+import type { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import type { AttemptLog } from "../delivery/attempt-log.js";
+import type { Logger } from "../observability/logger.js";
+import type { Metrics } from "../observability/metrics.js";
+import type { DeliveryJob, SourceRunJob } from "../queue/catalog.js";
+import type { Keys } from "../store/keys.js";
+import type { SubscriptionRecord, SubscriptionStore } from "../store/subscriptions.js";
+import type { EmitterKind, OutboxEntry } from "./store.js";
+
+export const FANOUT_GROUP = "fanout";
+
+/** Deterministic id of the delivery of one event to one listener: a redone fan-out yields the same id. */
+export function deliveryIdFor(e: Pick<OutboxEntry, "userId" | "emitterId" | "channel" | "eventId">, listenerId: string): string {
+  const h = createHash("sha256").update(`${e.userId}|${e.emitterId}|${e.channel}|${e.eventId}|${listenerId}`).digest("hex");
+  return `d_${h.slice(0, 24)}`;
+}
+
+/** Listener kind from its id prefix. */
+export function listenerKindOf(id: string): "webhook" | "workflow" | "source" | undefined {
+  if (id.startsWith("wh_")) return "webhook";
+  if (id.startsWith("p_")) return "workflow";
+  if (id.startsWith("dc_")) return "source";
+  return undefined;
+}
+
+/** One delivery per listener and event, even when an exact and a glob subscription both match. */
+export function uniqueListeners(subs: readonly SubscriptionRecord[]): string[] {
+  return [...new Set(subs.map((s) => s.listener_id))];
+}
+
+export function parseOutboxEntry(entryId: string, fields: string[]): OutboxEntry | undefined {
+  const f: Record<string, string> = {};
+  for (let i = 0; i + 1 < fields.length; i += 2) f[fields[i] as string] = fields[i + 1] as string;
+  if (!f.u || !f.e || f.c === undefined || !f.i || f.p === undefined) return undefined;
+  return {
+    entryId,
+    userId: f.u,
+    emitterId: f.e,
+    emitterKind: (f.k as EmitterKind) ?? "workflow",
+    channel: f.c,
+    eventId: f.i,
+    acceptedAtMs: Number(f.t ?? 0),
+    hops: Number(f.h ?? 0),
+    payload: f.p,
+  };
+}
+
+export interface FanoutDeps {
+  /** A dedicated connection: XREADGROUP blocks it. */
+  blocking: Redis;
+  redis: Redis;
+  keys: Keys;
+  subscriptions: SubscriptionStore;
+  attemptLog: AttemptLog;
+  deliveryQueue: Queue;
+  sourceRunQueue: Queue;
+  deliveryJobOptions: { attempts: number };
+  logger: Logger;
+  metrics: Metrics;
+  consumer: string;
+  /** Pending entries idle longer than this are taken over from a dead consumer. */
+  claimIdleMs: number;
+  batchSize?: number;
+}
+
+type XEntries = [string, string[]][];
+
+/**
+ * Reads the outbox through a consumer group and turns each event into one job per matching
+ * listener. Jobs have deterministic ids, so an entry redone after a crash (taken over with
+ * XAUTOCLAIM) adds nothing twice; the entry is acknowledged and deleted only after its jobs exist.
+ */
+export class FanoutWorker {
+  private running = false;
+  private loop?: Promise<void>;
+  private lastClaim = 0;
+
+  constructor(private readonly d: FanoutDeps) {}
+
+  async start(): Promise<void> {
+    await this.d.redis.xgroup("CREATE", this.d.keys.outbox(), FANOUT_GROUP, "0", "MKSTREAM").catch((err: Error) => {
+      if (!/BUSYGROUP/.test(err.message)) throw err;
+    });
+    this.running = true;
+    this.loop = this.run();
+  }
+
+  private async run(): Promise<void> {
+    const { blocking, keys, logger } = this.d;
+    while (this.running) {
+      try {
+        if (Date.now() - this.lastClaim > Math.min(this.d.claimIdleMs, 5000)) {
+          this.lastClaim = Date.now();
+          await this.reclaim();
+        }
+        const res = (await blocking.xreadgroup(
+          "GROUP",
+          FANOUT_GROUP,
+          this.d.consumer,
+          "COUNT",
+          this.d.batchSize ?? 200,
+          "BLOCK",
+          1000,
+          "STREAMS",
+          keys.outbox(),
+          ">",
+        )) as [string, XEntries][] | null;
+        const entries = res?.[0]?.[1] ?? [];
+        if (entries.length > 0) await this.process(entries);
+      } catch (err) {
+        if (!this.running) break;
+        logger.error({ err }, "fan-out loop error; retrying");
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+  }
+
+  /** Takes over entries a crashed consumer left pending. */
+  private async reclaim(): Promise<void> {
+    let cursor = "0-0";
+    for (let round = 0; round < 50; round++) {
+      const res = (await this.d.redis.xautoclaim(
+        this.d.keys.outbox(),
+        FANOUT_GROUP,
+        this.d.consumer,
+        this.d.claimIdleMs,
+        cursor,
+        "COUNT",
+        200,
+      )) as [string, XEntries, string[]?];
+      const entries = (res[1] ?? []).filter((e) => e && Array.isArray(e[1]));
+      if (entries.length > 0) {
+        this.d.logger.info({ count: entries.length }, "fan-out: took over pending outbox entries");
+        await this.process(entries);
+      }
+      cursor = res[0];
+      if (cursor === "0-0") break;
+    }
+  }
+
+  /** Fans a batch out; lookups are shared between entries of the same emitter and channel. */
+  async process(raw: XEntries): Promise<void> {
+    const { subscriptions, metrics } = this.d;
+    const lookups = new Map<string, Promise<SubscriptionRecord[]>>();
+    const deliveries: DeliveryJob[] = [];
+    const sourceRuns: { id: string; data: SourceRunJob }[] = [];
+    const done: string[] = [];
+    for (const [entryId, fields] of raw) {
+      done.push(entryId);
+      const e = parseOutboxEntry(entryId, fields);
+      if (!e) {
+        this.d.logger.warn({ entryId }, "fan-out: dropping malformed outbox entry");
+        continue;
+      }
+      const key = `${e.userId}\n${e.emitterId}\n${e.channel}`;
+      let found = lookups.get(key);
+      if (!found) {
+        found = subscriptions.matching(e.userId, e.emitterId, e.channel);
+        lookups.set(key, found);
+      }
+      for (const listenerId of uniqueListeners(await found)) {
+        const kind = listenerKindOf(listenerId);
+        const deliveryId = deliveryIdFor(e, listenerId);
+        if (kind === "webhook" || kind === "workflow") {
+          deliveries.push({
+            userId: e.userId,
+            deliveryId,
+            listenerKind: kind,
+            listenerId,
+            emitterId: e.emitterId,
+            channel: e.channel,
+            eventId: e.eventId,
+            payload: e.payload,
+            acceptedAtMs: e.acceptedAtMs,
+          });
+        } else if (kind === "source") {
+          sourceRuns.push({
+            id: deliveryId.replace(/^d_/, "run_"),
+            data: {
+              kind: "event",
+              userId: e.userId,
+              sourceId: listenerId,
+              emitterId: e.emitterId,
+              channel: e.channel,
+              eventId: e.eventId,
+              payload: e.payload,
+              hops: e.emitterKind === "source" ? e.hops + 1 : 0,
+              acceptedAtMs: e.acceptedAtMs,
+            },
+          });
+        }
+        if (kind) metrics.fanoutJobs.inc({ listener_kind: kind });
+      }
+    }
+    await this.d.attemptLog.createPending(
+      deliveries.map((j) => ({
+        id: j.deliveryId,
+        user_id: j.userId,
+        listener_id: j.listenerId,
+        listener_kind: j.listenerKind,
+        event_id: j.eventId,
+        emitter_id: j.emitterId,
+        event_name: j.channel,
+        payload: j.payload,
+        accepted_at_ms: j.acceptedAtMs,
+      })),
+    );
+    if (deliveries.length > 0) {
+      await this.d.deliveryQueue.addBulk(
+        deliveries.map((data) => ({
+          name: data.listenerKind,
+          data,
+          opts: { jobId: data.deliveryId, ...deliveryJobOpts(this.d.deliveryJobOptions.attempts) },
+        })),
+      );
+    }
+    if (sourceRuns.length > 0) {
+      await this.d.sourceRunQueue.addBulk(
+        sourceRuns.map((r) => ({ name: "event", data: r.data, opts: { jobId: r.id, ...SOURCE_RUN_JOB_OPTS } })),
+      );
+    }
+    // Only now is the work handed over: acknowledge and drop the entries.
+    await this.d.redis
+      .multi()
+      .xack(this.d.keys.outbox(), FANOUT_GROUP, ...done)
+      .xdel(this.d.keys.outbox(), ...done)
+      .exec();
+  }
+
+  /** Stops the loop; the blocking read returns within its 1 s timeout. Idempotent. */
+  async close(): Promise<void> {
+    this.running = false;
+    await this.loop;
+  }
+}
+
+export function deliveryJobOpts(attempts: number) {
+  return {
+    attempts,
+    backoff: { type: "tributary" },
+    // Completed ids linger a while so a redone fan-out finds them and adds nothing twice.
+    removeOnComplete: { age: 600, count: 50_000 },
+    removeOnFail: { age: 7 * 24 * 3600, count: 50_000 },
+  };
+}
+
+export const SOURCE_RUN_JOB_OPTS = {
+  attempts: 1,
+  removeOnComplete: { age: 600, count: 10_000 },
+  removeOnFail: { age: 24 * 3600, count: 10_000 },
+};

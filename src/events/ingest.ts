@@ -1,0 +1,132 @@
+import { ValidationError } from "../domain/errors.js";
+import { newId, type RandomBytes } from "../domain/ids.js";
+import type { Metrics } from "../observability/metrics.js";
+import { channelLabel } from "../observability/metrics.js";
+import type { WorkflowService } from "../services/workflows.js";
+import type { EmitMeta, EmitterKind, EventStore, NewEvent } from "./store.js";
+
+export const MAX_BATCH = 1000;
+
+/** One emit as the ingress accepts it. */
+export interface EmitInput {
+  event: unknown;
+  name: string;
+  meta: EmitMeta;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === "object" && !Array.isArray(v);
+}
+
+export function parseChannelName(raw: unknown, where: string): string {
+  if (raw === undefined || raw === null) return "";
+  if (typeof raw !== "string") throw new ValidationError(`${where}name must be a string`);
+  if (raw.length > 200) throw new ValidationError(`${where}name must be at most 200 characters`);
+  if (/[\u0000-\u001f\u007f]/.test(raw)) throw new ValidationError(`${where}name must not contain control characters`);
+  return raw;
+}
+
+/** Validates `{event, name?, id?, summary?, ts?}`; `where` prefixes messages for batch items. */
+export function parseEmit(raw: unknown, where = ""): EmitInput {
+  if (!isObject(raw)) throw new ValidationError(`${where || "body"} must be an object with an event`);
+  if (!("event" in raw) || raw.event === undefined) throw new ValidationError(`${where}event is required`);
+  const meta: EmitMeta = {};
+  if (raw.id !== undefined && raw.id !== null) {
+    if (typeof raw.id === "string" ? raw.id.length > 1000 : typeof raw.id !== "number" || !Number.isFinite(raw.id)) {
+      throw new ValidationError(`${where}id must be a string or a number`);
+    }
+    meta.id = raw.id as string | number;
+  }
+  if (raw.summary !== undefined && raw.summary !== null) {
+    if (typeof raw.summary !== "string" || raw.summary.length > 10_000) throw new ValidationError(`${where}summary must be a string`);
+    meta.summary = raw.summary;
+  }
+  if (raw.ts !== undefined && raw.ts !== null) {
+    if (typeof raw.ts !== "number" || !Number.isFinite(raw.ts)) throw new ValidationError(`${where}ts must be a number (epoch ms)`);
+    meta.ts = raw.ts;
+  }
+  return { event: raw.event, name: parseChannelName(raw.name, where), meta };
+}
+
+/** `{event...}` or `{events: [...]}` (at most 1000). */
+export function parseEmitBody(body: unknown): { batch: boolean; emits: EmitInput[] } {
+  if (isObject(body) && "events" in body) {
+    const list = body.events;
+    if (!Array.isArray(list)) throw new ValidationError("events must be an array of {event, name?, id?, summary?, ts?}");
+    if (list.length === 0) throw new ValidationError("events must not be empty");
+    if (list.length > MAX_BATCH) throw new ValidationError(`events holds at most ${MAX_BATCH} items`);
+    return { batch: true, emits: list.map((item, i) => parseEmit(item, `events[${i}].`)) };
+  }
+  return { batch: false, emits: [parseEmit(body)] };
+}
+
+/**
+ * Records events for an emitter. Consecutive events on the same channel go in one atomic script
+ * call; the ids come back in input order.
+ */
+export class Ingest {
+  constructor(
+    private readonly events: EventStore,
+    private readonly workflows: WorkflowService,
+    private readonly metrics: Metrics,
+    private readonly now: () => number,
+    private readonly randomBytes: RandomBytes,
+  ) {}
+
+  async recordFor(userId: string, emitterId: string, kind: EmitterKind, emits: readonly EmitInput[], hops = 0): Promise<string[]> {
+    const acceptedAtMs = this.now();
+    const ids: string[] = [];
+    let i = 0;
+    while (i < emits.length) {
+      const channel = emits[i]?.name ?? "";
+      const run: NewEvent[] = [];
+      while (i < emits.length && emits[i]?.name === channel) {
+        const e = emits[i] as EmitInput;
+        run.push({ payload: e.event, meta: e.meta, emitId: newId("emit_", this.randomBytes) });
+        i++;
+      }
+      ids.push(...(await this.events.record({ userId, emitterId, emitterKind: kind, channel, events: run, hops, acceptedAtMs })));
+      this.metrics.eventsIngested.inc({ emitter_kind: kind, channel: channelLabel(channel) }, run.length);
+    }
+    return ids;
+  }
+
+  /** A workflow's $send.emit(): registers the workflow first (auto-subscriptions before fan-out). */
+  async workflowEmit(userId: string, workflowId: string, emits: readonly EmitInput[]): Promise<string[]> {
+    await this.workflows.ensure(userId, workflowId);
+    return this.recordFor(userId, workflowId, "workflow", emits);
+  }
+
+  /** A workflow error on $errors, with original_context filled in (SPEC §3). */
+  async workflowError(userId: string, workflowId: string, body: unknown, version: string): Promise<string> {
+    if (!isObject(body)) throw new ValidationError("body must be an object with original_event and error");
+    const error = body.error ?? {};
+    if (!isObject(error)) throw new ValidationError("error must be an object {code?, msg?, stack?, cellId?, ts?}");
+    for (const f of ["code", "msg", "stack", "cellId", "ts"]) {
+      if (error[f] !== undefined && error[f] !== null && typeof error[f] !== "string")
+        throw new ValidationError(`error.${f} must be a string`);
+    }
+    const ctxIn = body.original_context ?? {};
+    if (!isObject(ctxIn)) throw new ValidationError("original_context must be an object");
+    await this.workflows.ensure(userId, workflowId);
+    const nowIso = new Date(this.now()).toISOString();
+    const original_context = {
+      id: newId("emit_", this.randomBytes),
+      ts: nowIso,
+      workflow_id: workflowId,
+      deployment_id: newId("d_", this.randomBytes),
+      source_type: "API",
+      verified: false,
+      owner_id: userId,
+      platform_version: version,
+      ...ctxIn,
+    };
+    const payload = {
+      original_event: body.original_event ?? null,
+      original_context,
+      error: { ts: nowIso, ...error },
+    };
+    const [id] = await this.recordFor(userId, workflowId, "workflow", [{ event: payload, name: "$errors", meta: {} }]);
+    return id as string;
+  }
+}

@@ -1,0 +1,30 @@
+import { type ConnectionOptions, type Job, Worker } from "bullmq";
+import type { Logger } from "../observability/logger.js";
+import { maintenanceJob, QUEUES } from "../queue/catalog.js";
+import type { EventStore } from "./store.js";
+
+/** Works asynchronous chores: event deletion for DELETE /sources/{id}/events (answers 202 first). */
+export class MaintenanceWorker {
+  private readonly worker: Worker;
+
+  constructor(d: { connection: ConnectionOptions; prefix: string; events: EventStore; logger: Logger }) {
+    this.worker = new Worker(
+      QUEUES.maintenance,
+      async (job: Job) => {
+        const data = maintenanceJob.parse(job.data);
+        const removed = await d.events.deleteRange(data.userId, data.emitterId, data.channel, data.startId, data.endId);
+        d.logger.debug({ emitterId: data.emitterId, removed }, "events deleted");
+      },
+      { connection: d.connection, prefix: d.prefix, concurrency: 4, autorun: false },
+    );
+    this.worker.on("error", (err) => d.logger.error({ err }, "maintenance worker error"));
+  }
+
+  start(): void {
+    void this.worker.run();
+  }
+
+  async close(): Promise<void> {
+    await this.worker.close();
+  }
+}

@@ -1,0 +1,86 @@
+import path from "node:path";
+import { Redis } from "ioredis";
+import pRetry from "p-retry";
+import { ConfigError, loadConfig } from "./config/load.js";
+import { startDaemon } from "./daemon.js";
+import { createLogger } from "./observability/logger.js";
+import { packageVersion, projectRoot } from "./paths.js";
+import { RedisServerMissingError, startEmbeddedRedis, type EmbeddedRedis } from "./redis/embedded.js";
+
+/** Process entry point: the only module that reads the environment, listens and installs signal handlers. */
+async function main(): Promise<void> {
+  const root = projectRoot();
+  let config;
+  try {
+    config = loadConfig(process.env, packageVersion(root));
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`tributary: ${err.message}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+  const logger = createLogger(config.logLevel);
+
+  let embedded: EmbeddedRedis | undefined;
+  let redisUrl = config.redisUrl;
+  if (!redisUrl) {
+    try {
+      embedded = await startEmbeddedRedis({ dir: path.resolve(config.dataDir, "redis") });
+    } catch (err) {
+      if (err instanceof RedisServerMissingError) {
+        process.stderr.write(
+          "tributary: REDIS_URL is not set and no redis-server is on PATH: set REDIS_URL=redis://host:6379 or install Redis (apt-get install redis-server)\n",
+        );
+        process.exit(1);
+      }
+      throw err;
+    }
+    redisUrl = embedded.url;
+    logger.info({ url: redisUrl, dir: path.resolve(config.dataDir, "redis") }, "started embedded redis-server (append-only file on)");
+  }
+
+  // Redis may still be starting (compose, restarts): retry the first contact before giving up.
+  const probeUrl = redisUrl;
+  await pRetry(
+    async () => {
+      const probe = new Redis(probeUrl, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null });
+      probe.on("error", () => {});
+      try {
+        await probe.connect();
+        await probe.ping();
+      } finally {
+        probe.disconnect();
+      }
+    },
+    {
+      retries: 8,
+      minTimeout: 250,
+      maxTimeout: 4000,
+      onFailedAttempt: ({ attemptNumber }) => logger.warn({ attemptNumber }, "redis not answering yet; retrying"),
+    },
+  );
+
+  const daemon = await startDaemon({ config, logger, redisUrl, registryDir: path.join(root, "registry") });
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, "shutting down");
+    const hard = setTimeout(() => process.exit(1), config.shutdownTimeoutMs * 3);
+    hard.unref();
+    await daemon.close();
+    await embedded?.close();
+    logger.info("stopped");
+    logger.flush?.();
+    process.exit(0);
+  };
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+  process.on("SIGINT", () => void stop("SIGINT"));
+}
+
+main().catch((err) => {
+  process.stderr.write(`tributary: failed to start: ${(err as Error)?.stack ?? String(err)}\n`);
+  process.exit(1);
+});

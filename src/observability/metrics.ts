@@ -1,0 +1,94 @@
+import { Counter, Gauge, Histogram, collectDefaultMetrics, type Registry } from "prom-client";
+
+/**
+ * Every Tributary metric, registered on an injected registry (SPEC §7). Labels are
+ * low-cardinality: never user ids, source ids or URLs.
+ */
+export type Metrics = ReturnType<typeof createMetrics>;
+
+const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+export function createMetrics(registry: Registry, opts: { defaultMetrics?: boolean } = {}) {
+  if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: registry });
+  const registers = [registry];
+  return {
+    registry,
+    httpRequestDuration: new Histogram({
+      name: "tributary_http_request_duration_seconds",
+      help: "HTTP request duration by route template, method and status",
+      labelNames: ["route", "method", "status"] as const,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+    eventsIngested: new Counter({
+      name: "tributary_events_ingested_total",
+      help: "Events recorded, by emitter kind (source, workflow) and channel class (default, $errors, $logs, custom)",
+      labelNames: ["emitter_kind", "channel"] as const,
+      registers,
+    }),
+    fanoutJobs: new Counter({
+      name: "tributary_fanout_deliveries_total",
+      help: "Delivery jobs created by fan-out, by listener kind",
+      labelNames: ["listener_kind"] as const,
+      registers,
+    }),
+    deliveries: new Counter({
+      name: "tributary_deliveries_total",
+      help: "Finished delivery attempts by listener kind and outcome (delivered, retry, failed, deactivated, skipped, undeliverable)",
+      labelNames: ["listener_kind", "outcome"] as const,
+      registers,
+    }),
+    deliveryAttemptDuration: new Histogram({
+      name: "tributary_delivery_attempt_duration_seconds",
+      help: "Duration of one delivery attempt (HTTP round trip)",
+      labelNames: ["listener_kind"] as const,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+    emitToDelivered: new Histogram({
+      name: "tributary_emit_to_delivered_seconds",
+      help: "Latency from event acceptance to successful delivery",
+      labelNames: ["listener_kind"] as const,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+    queueDepth: new Gauge({
+      name: "tributary_queue_depth",
+      help: "Jobs waiting or delayed per queue",
+      labelNames: ["queue", "state"] as const,
+      registers,
+    }),
+    queueOldestAge: new Gauge({
+      name: "tributary_queue_oldest_waiting_age_seconds",
+      help: "Age of the oldest waiting job per queue",
+      labelNames: ["queue"] as const,
+      registers,
+    }),
+    sourceRuns: new Counter({
+      name: "tributary_source_runs_total",
+      help: "Source runs by trigger (http, timer, event, hook) and outcome (ok, error, timeout, skipped_quota)",
+      labelNames: ["trigger", "outcome"] as const,
+      registers,
+    }),
+    sandboxRunDuration: new Histogram({
+      name: "tributary_sandbox_run_duration_seconds",
+      help: "Wall time of one sandboxed run",
+      labelNames: ["trigger"] as const,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+    timerLag: new Histogram({
+      name: "tributary_timer_lag_seconds",
+      help: "Delay between a timer tick's scheduled time and the start of its run",
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+  };
+}
+
+/** Channel as a metric label: bounded to four values so user-chosen names never explode cardinality. */
+export function channelLabel(channel: string): string {
+  if (channel === "" || channel === "default") return "default";
+  if (channel === "$errors" || channel === "$logs") return channel;
+  return "custom";
+}

@@ -1,0 +1,115 @@
+import ivm from "isolated-vm";
+
+/**
+ * Isolates are reused across runs because creating one costs milliseconds and its compiled
+ * scripts can be kept; contexts are not (each run gets a fresh one, so globals, prototypes and
+ * module state never pass from one run to the next). An isolate serves one run at a time, so
+ * disposing it (time-out, memory kill) never hurts another run. A leased isolate either comes
+ * back healthy or is disposed; the pool makes a new one when it next needs one.
+ */
+
+export interface IsolatePoolOptions {
+  memoryMb: number;
+  /** Healthy isolates kept for reuse; extra ones are disposed. */
+  maxIdle?: number;
+  /** Runs after which an isolate is retired anyway, so heap fragmentation cannot accumulate. */
+  maxRunsPerIsolate?: number;
+  /** Compiled component scripts kept per isolate. */
+  scriptCacheSize?: number;
+  onCatastrophicError?: ((message: string) => void) | undefined;
+}
+
+export interface Lease {
+  readonly isolate: ivm.Isolate;
+  /** Compiled component scripts by source, least recently used first. */
+  readonly scripts: Map<string, ivm.Script>;
+  runs: number;
+}
+
+/** Wraps a compiled component (CommonJS) so evaluating it yields its module factory. */
+const WRAP_HEAD = "(function (exports, require, module, __filename, __dirname) {";
+const WRAP_TAIL = "\n})";
+
+export class IsolatePool {
+  private readonly idle: Lease[] = [];
+  private readonly leased = new Set<Lease>();
+  private closed = false;
+  private readonly maxIdle: number;
+  private readonly maxRuns: number;
+  private readonly cacheSize: number;
+
+  constructor(private readonly opts: IsolatePoolOptions) {
+    this.maxIdle = opts.maxIdle ?? 4;
+    this.maxRuns = opts.maxRunsPerIsolate ?? 500;
+    this.cacheSize = opts.scriptCacheSize ?? 32;
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  acquire(): Lease {
+    if (this.closed) throw new Error("the sandbox is closed");
+    let lease = this.idle.pop();
+    while (lease?.isolate.isDisposed) lease = this.idle.pop();
+    lease ??= this.create();
+    lease.runs++;
+    this.leased.add(lease);
+    return lease;
+  }
+
+  /** Returns a lease; `reusable` false (or a dead, closed or worn-out isolate) disposes it. */
+  release(lease: Lease, reusable: boolean): void {
+    this.leased.delete(lease);
+    const keep = reusable && !this.closed && !lease.isolate.isDisposed && lease.runs < this.maxRuns && this.idle.length < this.maxIdle;
+    if (keep) this.idle.push(lease);
+    else this.kill(lease);
+  }
+
+  /** Disposes the lease's isolate now, which stops whatever runs in it. Idempotent. */
+  kill(lease: Lease): void {
+    if (lease.isolate.isDisposed) return;
+    try {
+      lease.isolate.dispose();
+    } catch {
+      // Already disposed by isolated-vm itself (memory limit) between the check and the call.
+    }
+  }
+
+  /**
+   * Evaluates a compiled component in `context` and returns a reference to its module factory,
+   * `(exports, require, module, __filename, __dirname) => void`. Nothing of the component runs yet.
+   */
+  async factory(lease: Lease, context: ivm.Context, code: string, timeoutMs: number): Promise<ivm.Reference> {
+    let script = lease.scripts.get(code);
+    if (script) {
+      lease.scripts.delete(code);
+    } else {
+      script = await lease.isolate.compileScript(WRAP_HEAD + code + WRAP_TAIL, { filename: "component.js" });
+      if (lease.scripts.size >= this.cacheSize) {
+        const [oldest, old] = lease.scripts.entries().next().value ?? [];
+        if (oldest !== undefined) lease.scripts.delete(oldest);
+        old?.release();
+      }
+    }
+    lease.scripts.set(code, script);
+    return script.run(context, { reference: true, timeout: timeoutMs });
+  }
+
+  /** Disposes every isolate, including leased ones (their runs fail). Idempotent. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const lease of [...this.idle, ...this.leased]) this.kill(lease);
+    this.idle.length = 0;
+    this.leased.clear();
+  }
+
+  private create(): Lease {
+    const isolate = new ivm.Isolate({
+      memoryLimit: this.opts.memoryMb,
+      ...(this.opts.onCatastrophicError ? { onCatastrophicError: this.opts.onCatastrophicError } : {}),
+    });
+    return { isolate, scripts: new Map(), runs: 0 };
+  }
+}

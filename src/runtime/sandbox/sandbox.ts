@@ -1,0 +1,240 @@
+import ivm from "isolated-vm";
+import { GUEST_PRELUDE_SOURCE } from "./guest-prelude.js";
+import { HostBridge, metadataHostCallback } from "./host-bridge.js";
+import { IsolatePool, type Lease } from "./isolate-pool.js";
+import {
+  DEFAULT_LIMITS,
+  type HostFetch,
+  type ResolvedLimits,
+  type RunError,
+  type RunRequest,
+  type RunResult,
+  type SandboxLimits,
+} from "./types.js";
+
+/**
+ * Runs component code (compiled by compileComponent) in isolated-vm isolates (SPEC §5).
+ *
+ * Each run gets a fresh context in a pooled isolate, the guest prelude (console, fetch, timers,
+ * process.env) and a host bridge that collects emits, logs and db writes. One wall-clock timer
+ * covers the whole run, awaits included: when it fires, the isolate is disposed, which stops
+ * synchronous loops and abandons pending promises alike. A memory kill also disposes the isolate
+ * (isolated-vm does it). Either way the pool replaces the isolate and the daemon carries on.
+ *
+ * Run with `node --no-node-snapshot` (isolated-vm needs it on Node 20+).
+ */
+
+export interface SandboxOptions {
+  /** The network for the guest's `fetch`; the default refuses every request. */
+  fetch?: HostFetch;
+  /** Healthy isolates kept between runs (default 4). */
+  maxIdleIsolates?: number;
+  /** isolated-vm's "V8 lost control of an isolate" signal; the process should log and exit. */
+  onCatastrophicError?: (message: string) => void;
+}
+
+/** What the guest says when it loads a component to read its metadata (see guest-component.ts). */
+export type InspectResult = { ok: true; component: unknown } | { ok: false; reason: string };
+
+const unavailableFetch: HostFetch = async () => {
+  throw new Error("fetch unavailable");
+};
+
+/** How long a finished run's isolate may take to answer before it is presumed stuck. */
+const PING_DEADLINE_MS = 250;
+const LIMIT_CODES = new Set(["TIMEOUT", "MEMORY_LIMIT", "SANDBOX_CLOSED", "SANDBOX_ERROR"]);
+const MAX_MESSAGE = 4 * 1024;
+const MAX_STACK = 16 * 1024;
+
+export class Sandbox {
+  private readonly limits: ResolvedLimits;
+  private readonly pool: IsolatePool;
+  private readonly fetch: HostFetch;
+
+  constructor(limits: SandboxLimits, options: SandboxOptions = {}) {
+    this.limits = { ...DEFAULT_LIMITS, ...limits };
+    this.fetch = options.fetch ?? unavailableFetch;
+    this.pool = new IsolatePool({
+      memoryMb: limits.memoryMb,
+      maxIdle: options.maxIdleIsolates,
+      onCatastrophicError: options.onCatastrophicError,
+    });
+  }
+
+  async run(req: RunRequest): Promise<RunResult> {
+    const started = performance.now();
+    const lease = this.pool.acquire();
+    const deadline = started + this.limits.timeoutMs;
+    let timedOut = false;
+    let abortRun: (reason: unknown) => void = () => {};
+    const aborted = new Promise<never>((_, reject) => {
+      abortRun = reject;
+    });
+    aborted.catch(() => {});
+    const bridge = new HostBridge({ limits: this.limits, fetch: this.fetch, db: req.db, onRespond: req.onRespond, onFault: abortRun });
+    const timer = setTimeout(() => {
+      timedOut = true;
+      this.pool.kill(lease);
+      abortRun(new Error("timed out"));
+    }, this.limits.timeoutMs);
+    let context: ivm.Context | undefined;
+    let error: RunError | undefined;
+    try {
+      const execution = this.execute(lease, bridge, req, deadline, (c) => {
+        context = c;
+      });
+      execution.catch(() => {}); // when `aborted` wins the race, this one rejects later
+      const guestError = await Promise.race([execution, aborted]);
+      if (guestError) error = fromGuest(guestError);
+    } catch (err) {
+      error = this.classify(err, lease, timedOut);
+    } finally {
+      clearTimeout(timer);
+      bridge.close();
+    }
+    void this.recycle(lease, context, !error || !LIMIT_CODES.has(error.code));
+    return {
+      emits: bridge.emits,
+      logs: bridge.logEntries(),
+      db: bridge.dbState(),
+      dbChanged: bridge.dbChanged,
+      ...(error ? { error } : {}),
+      responded: bridge.responded,
+      durationMs: Math.round(performance.now() - started),
+    };
+  }
+
+  /**
+   * Evaluates a compiled component and describes it (key, name, version, description, dedupe,
+   * props as data with functions marked, hooks). Only console works while it loads; a failure to
+   * load (throw, no component object, time or memory limit) is `{ok: false, reason}`.
+   */
+  async inspect(compiledCode: string, timeoutMs: number): Promise<InspectResult> {
+    const lease = this.pool.acquire();
+    const deadline = performance.now() + timeoutMs;
+    let context: ivm.Context | undefined;
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      this.pool.kill(lease);
+    }, timeoutMs);
+    let healthy = false;
+    try {
+      context = await lease.isolate.createContext();
+      const dispatch = await installPrelude(context, metadataHostCallback(), remaining(deadline));
+      const factory = await this.pool.factory(lease, context, compiledCode, remaining(deadline));
+      const out = await dispatch.apply(undefined, ["load", factory.derefInto()], { result: { copy: true }, timeout: remaining(deadline) });
+      healthy = true;
+      return parseInspect(out);
+    } catch (err) {
+      const e = this.classify(err, lease, timedOut);
+      if (e.code === "TIMEOUT") return { ok: false, reason: `the code did not finish loading within ${timeoutMs} ms` };
+      if (e.code === "MEMORY_LIMIT") return { ok: false, reason: `the code used more than ${this.limits.memoryMb} MB while loading` };
+      if (e.code === "SANDBOX_CLOSED") throw new Error("the sandbox is closed");
+      return { ok: false, reason: `the code could not be evaluated: ${e.msg}` };
+    } finally {
+      clearTimeout(timer);
+      void this.recycle(lease, context, healthy);
+    }
+  }
+
+  /** Disposes every isolate; runs in progress end with a SANDBOX_CLOSED error. Idempotent. */
+  close(): void {
+    this.pool.close();
+  }
+
+  private async execute(lease: Lease, bridge: HostBridge, req: RunRequest, deadline: number, onContext: (c: ivm.Context) => void) {
+    const context = await lease.isolate.createContext();
+    onContext(context);
+    const dispatch = await installPrelude(context, bridge.callback, remaining(deadline));
+    bridge.attach((id, ok, value) =>
+      dispatch.apply(undefined, ["settle", id, ok, value], { arguments: { copy: true }, timeout: remaining(deadline) }),
+    );
+    const factory = await this.pool.factory(lease, context, req.compiledCode, remaining(deadline));
+    const payload = new ivm.ExternalCopy({ method: req.method, sourceId: req.sourceId, props: req.props, event: req.event });
+    return dispatch.apply(undefined, ["run", factory.derefInto(), payload.copyInto({ release: true })], {
+      result: { promise: true, copy: true },
+      timeout: remaining(deadline),
+    }) as Promise<unknown>;
+  }
+
+  /** Turns an isolated-vm failure into the run's error; the flags say who stopped the run. */
+  private classify(err: unknown, lease: Lease, timedOut: boolean): RunError {
+    const message = err instanceof Error ? err.message : String(err);
+    if (timedOut || /execution timed out/i.test(message)) {
+      return limitError("TIMEOUT", `the run exceeded the time limit of ${this.limits.timeoutMs} ms`);
+    }
+    if (this.pool.isClosed) return limitError("SANDBOX_CLOSED", "the sandbox was shut down during the run");
+    // Besides our time-out, isolated-vm disposes an isolate on its own only for its memory limit.
+    if (/memory limit/i.test(message) || lease.isolate.isDisposed) {
+      return limitError("MEMORY_LIMIT", `the run exceeded the memory limit of ${this.limits.memoryMb} MB`);
+    }
+    return limitError("SANDBOX_ERROR", clip(message, MAX_MESSAGE));
+  }
+
+  /**
+   * Gives the isolate back to the pool once it answers a trivial script: if code left behind by
+   * the run (a promise chain still looping) holds the isolate, the next run must not inherit it.
+   */
+  private async recycle(lease: Lease, context: ivm.Context | undefined, healthy: boolean): Promise<void> {
+    let ok = healthy && context !== undefined && !lease.isolate.isDisposed;
+    if (ok && context) ok = await ping(context);
+    try {
+      context?.release();
+    } catch {
+      // The isolate is already gone.
+    }
+    this.pool.release(lease, ok);
+  }
+}
+
+async function installPrelude(context: ivm.Context, callback: ivm.Callback, timeoutMs: number): Promise<ivm.Reference> {
+  return context.evalClosure(GUEST_PRELUDE_SOURCE, [callback], {
+    result: { reference: true },
+    timeout: timeoutMs,
+    filename: "tributary-prelude.js",
+  });
+}
+
+async function ping(context: ivm.Context): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), PING_DEADLINE_MS);
+  });
+  const answer = context.eval("0", { timeout: PING_DEADLINE_MS }).then(
+    () => true,
+    () => false,
+  );
+  const ok = await Promise.race([answer, late]);
+  clearTimeout(timer);
+  return ok;
+}
+
+function remaining(deadline: number): number {
+  return Math.max(1, Math.ceil(deadline - performance.now()));
+}
+
+function limitError(code: string, msg: string): RunError {
+  return { code, msg, stack: `Error: ${msg}`, ts: new Date().toISOString() };
+}
+
+/** The guest's error descriptor (guest-component.ts `errorInfo`), checked field by field. */
+function fromGuest(raw: unknown): RunError {
+  const r = (typeof raw === "object" && raw !== null ? raw : {}) as Record<string, unknown>;
+  return {
+    code: typeof r.code === "string" && r.code !== "" ? clip(r.code, 200) : "Error",
+    msg: typeof r.msg === "string" ? clip(r.msg, MAX_MESSAGE) : "",
+    stack: typeof r.stack === "string" ? clip(r.stack, MAX_STACK) : "",
+    ts: new Date().toISOString(),
+  };
+}
+
+function parseInspect(raw: unknown): InspectResult {
+  const r = (typeof raw === "object" && raw !== null ? raw : {}) as Record<string, unknown>;
+  if (r.ok === true) return { ok: true, component: r.component };
+  return { ok: false, reason: typeof r.reason === "string" ? clip(r.reason, MAX_MESSAGE) : "the code could not be loaded" };
+}
+
+function clip(s: string, max: number): string {
+  return s.length > max ? `${s.slice(0, max)}…` : s;
+}

@@ -1,0 +1,122 @@
+/**
+ * The sandbox's contract with its callers (source runner, component loader). Everything here is
+ * plain data: values cross the isolate boundary only as copies.
+ */
+
+export interface SandboxLimits {
+  /** Memory limit of one isolate (SANDBOX_MEMORY_MB). */
+  memoryMb: number;
+  /** Wall-clock limit of one run or hook, awaits included (SANDBOX_TIMEOUT_MS). */
+  timeoutMs: number;
+  /** `$emit` calls accepted per run; more throw inside the run. */
+  maxEmitsPerRun?: number;
+  /** Largest emitted event, as JSON. */
+  maxEventBytes?: number;
+  /** Console lines kept per run; the rest are counted in one final line. */
+  maxLogLinesPerRun?: number;
+  /** Longest console line kept; longer ones are cut. */
+  maxLogLineBytes?: number;
+  /** Largest db state, as JSON, a run may leave behind. */
+  maxDbBytes?: number;
+  /** `fetch` calls allowed per run. */
+  maxFetchesPerRun?: number;
+}
+
+/** Defaults for the optional limits: generous for real components, bounded for the host's memory. */
+export const DEFAULT_LIMITS = {
+  maxEmitsPerRun: 10_000,
+  maxEventBytes: 1024 * 1024,
+  maxLogLinesPerRun: 1000,
+  maxLogLineBytes: 16 * 1024,
+  maxDbBytes: 4 * 1024 * 1024,
+  maxFetchesPerRun: 100,
+} as const;
+
+export type ResolvedLimits = Required<SandboxLimits>;
+
+export interface HostFetchInit {
+  method: string;
+  headers: Record<string, string>;
+  body?: string | Uint8Array;
+  /** Aborted when the run ends or times out. */
+  signal: AbortSignal;
+}
+
+export interface HostFetchResponse {
+  status: number;
+  statusText?: string;
+  headers: Record<string, string>;
+  /** The response body as text. */
+  body: string;
+}
+
+/**
+ * The network as the sandbox sees it. The caller supplies one that applies the SSRF guard and its
+ * size and time limits; the sandbox only marshals requests and responses.
+ */
+export type HostFetch = (url: string, init: HostFetchInit) => Promise<HostFetchResponse>;
+
+export type RunMethod = "run" | "deploy" | "activate" | "deactivate";
+
+export interface HttpResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: string | Buffer;
+}
+
+export interface RunRequest {
+  /** Output of compileComponent. */
+  compiledCode: string;
+  /** Becomes process.env.PD_COMPONENT. */
+  sourceId: string;
+  /** `run(event)`, or one of the component's hooks (a missing hook is a successful no-op). */
+  method: RunMethod;
+  /** Configured prop values, exposed as `this.<name>` (HTTP props also get `respond()`). */
+  props: Record<string, unknown>;
+  /** The source's db state before the run; `this.db.get/set` work on a copy. */
+  db: Record<string, unknown>;
+  event?: unknown;
+  /** Called for the first `this.http.respond()` of the run only. */
+  onRespond?: (response: HttpResponse) => void;
+}
+
+export interface EmitMeta {
+  id?: string | number;
+  name?: string;
+  summary?: string;
+  ts?: number;
+}
+
+export interface Emit {
+  event: unknown;
+  meta: EmitMeta;
+}
+
+export type LogKind = "console.log" | "console.error" | "console.warn" | "console.info" | "console.debug";
+
+export interface LogEntry {
+  /** Epoch milliseconds. */
+  ts: number;
+  k: LogKind;
+  msg: string;
+}
+
+export interface RunError {
+  /** The thrown error's `code` or name; `TIMEOUT` and `MEMORY_LIMIT` for limits we enforce. */
+  code: string;
+  msg: string;
+  stack: string;
+  /** ISO 8601. */
+  ts: string;
+}
+
+export interface RunResult {
+  emits: Emit[];
+  logs: LogEntry[];
+  /** The db state after the run (the input state when nothing changed). */
+  db: Record<string, unknown>;
+  dbChanged: boolean;
+  error?: RunError;
+  responded: boolean;
+  durationMs: number;
+}

@@ -1,0 +1,89 @@
+import { NotFoundError, ValidationError } from "../domain/errors.js";
+import { hasIdShape, type RandomBytes } from "../domain/ids.js";
+import type { PageRequest } from "../domain/pagination.js";
+import { generateSigningSecret } from "../domain/signing.js";
+import { validateWebhookUrl } from "../domain/url-rules.js";
+import type { Page } from "../store/listing.js";
+import type { SubscriptionStore } from "../store/subscriptions.js";
+import type { WebhookPatch, WebhookRecord, WebhookStore } from "../store/webhooks.js";
+
+/** The API shape of a webhook; the list omits user_id and the signing secret. */
+export function webhookView(w: WebhookRecord, detail: boolean) {
+  return {
+    id: w.id,
+    ...(detail ? { user_id: w.user_id } : {}),
+    name: w.name,
+    description: w.description,
+    url: w.url,
+    active: w.active,
+    created_at: w.created_at,
+    updated_at: w.updated_at,
+    ...(detail ? { signing_secret: w.signing_secret } : {}),
+  };
+}
+
+function optionalText(raw: unknown, name: string): string | null | undefined {
+  if (raw === undefined) return undefined;
+  if (raw === null || raw === "") return null;
+  if (typeof raw !== "string") throw new ValidationError(`${name} must be a string`);
+  if (raw.length > 1000) throw new ValidationError(`${name} must be at most 1000 characters`);
+  return raw;
+}
+
+export class WebhookService {
+  constructor(
+    private readonly store: WebhookStore,
+    private readonly subscriptions: SubscriptionStore,
+    private readonly randomBytes: RandomBytes,
+  ) {}
+
+  create(userId: string, params: Record<string, unknown>): Promise<WebhookRecord> {
+    if (params.url === undefined || params.url === "") throw new ValidationError("url is required");
+    const url = validateWebhookUrl(params.url);
+    return this.store.create(userId, {
+      url,
+      name: optionalText(params.name, "name") ?? null,
+      description: optionalText(params.description, "description") ?? null,
+      signingSecret: generateSigningSecret((n) => Buffer.from(this.randomBytes(n))),
+    });
+  }
+
+  async get(userId: string, id: unknown): Promise<WebhookRecord> {
+    const w = hasIdShape(id, "wh_") ? await this.store.get(userId, id) : undefined;
+    if (!w) throw new NotFoundError("webhook not found");
+    return w;
+  }
+
+  list(userId: string, page: PageRequest): Promise<Page<WebhookRecord>> {
+    return this.store.list(userId, page);
+  }
+
+  async update(userId: string, id: unknown, params: Record<string, unknown>): Promise<WebhookRecord> {
+    const current = await this.get(userId, id);
+    const patch: WebhookPatch = {};
+    if (params.url !== undefined) patch.url = validateWebhookUrl(params.url);
+    const name = optionalText(params.name, "name");
+    if (name !== undefined) patch.name = name;
+    const description = optionalText(params.description, "description");
+    if (description !== undefined) patch.description = description;
+    if (params.active !== undefined) {
+      if (params.active === true || params.active === "true") patch.active = true;
+      else if (params.active === false || params.active === "false") patch.active = false;
+      else throw new ValidationError("active must be a boolean");
+    }
+    const updated = await this.store.update(userId, current.id, patch);
+    if (!updated) throw new NotFoundError("webhook not found");
+    return updated;
+  }
+
+  /** Marks a webhook inactive (410 Gone from its receiver). Missing webhooks are ignored. */
+  async deactivate(userId: string, id: string): Promise<void> {
+    await this.store.update(userId, id, { active: false });
+  }
+
+  async delete(userId: string, id: unknown): Promise<void> {
+    const w = await this.get(userId, id);
+    await this.store.delete(userId, w.id);
+    await this.subscriptions.deleteNaming(userId, w.id);
+  }
+}

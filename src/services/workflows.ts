@@ -1,0 +1,62 @@
+import { NotFoundError, ValidationError } from "../domain/errors.js";
+import { isWorkflowId } from "../domain/ids.js";
+import type { PageRequest } from "../domain/pagination.js";
+import { validateWebhookUrl } from "../domain/url-rules.js";
+import type { Page } from "../store/listing.js";
+import type { SubscriptionStore } from "../store/subscriptions.js";
+import type { WorkflowRecord, WorkflowStore } from "../store/workflows.js";
+
+export function parseWorkflowId(raw: unknown): string {
+  if (!isWorkflowId(raw)) throw new ValidationError("workflow_id must be p_ followed by 1-64 characters of [A-Za-z0-9_-]");
+  return raw;
+}
+
+/** Workflows: registered when first seen; auto-subscriptions apply at that moment (SPEC §3). */
+export class WorkflowService {
+  constructor(
+    private readonly store: WorkflowStore,
+    private readonly subscriptions: SubscriptionStore,
+  ) {}
+
+  /** Registers a workflow on first sight and applies auto-subscriptions before it emits anything. */
+  async ensure(userId: string, id: string): Promise<WorkflowRecord> {
+    const { workflow, created } = await this.store.ensure(userId, id);
+    if (created) await this.subscriptions.applyAuto(userId, id);
+    return workflow;
+  }
+
+  async upsert(userId: string, rawId: unknown, params: Record<string, unknown>): Promise<WorkflowRecord> {
+    const id = parseWorkflowId(rawId);
+    const patch: { name?: string | null; trigger_url?: string | null } = {};
+    if (params.name !== undefined) {
+      if (params.name !== null && (typeof params.name !== "string" || params.name.length > 200)) {
+        throw new ValidationError("name must be a string of at most 200 characters");
+      }
+      patch.name = params.name;
+    }
+    if (params.trigger_url !== undefined) {
+      patch.trigger_url =
+        params.trigger_url === null || params.trigger_url === "" ? null : validateWebhookUrl(params.trigger_url, "trigger_url");
+    }
+    const { workflow, created } = await this.store.upsert(userId, id, patch);
+    if (created) await this.subscriptions.applyAuto(userId, id);
+    return workflow;
+  }
+
+  async get(userId: string, rawId: unknown): Promise<WorkflowRecord> {
+    const id = parseWorkflowId(rawId);
+    const w = await this.store.get(userId, id);
+    if (!w) throw new NotFoundError(`workflow ${id} not found`);
+    return w;
+  }
+
+  list(userId: string, page: PageRequest): Promise<Page<WorkflowRecord>> {
+    return this.store.list(userId, page);
+  }
+
+  async delete(userId: string, rawId: unknown): Promise<void> {
+    const id = parseWorkflowId(rawId);
+    if (!(await this.store.delete(userId, id))) throw new NotFoundError(`workflow ${id} not found`);
+    await this.subscriptions.deleteNaming(userId, id);
+  }
+}

@@ -1,0 +1,116 @@
+import type { PageRequest } from "../domain/pagination.js";
+import { randomBase62 } from "../domain/ids.js";
+import { slugify, uniqueSlug } from "../domain/slug.js";
+import { parseStored, type StoreContext } from "./context.js";
+import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
+
+export interface SourceRecord {
+  id: string;
+  user_id: string;
+  component_id: string;
+  configured_props: Record<string, unknown>;
+  active: boolean;
+  created_at: number;
+  updated_at: number;
+  name: string;
+  name_slug: string;
+  /** Token of the HTTP endpoint (`/e/<token>`), when the component has an HTTP prop. */
+  endpoint_token: string | null;
+  /** Name of the HTTP prop, when there is one. */
+  http_prop: string | null;
+}
+
+/** Where an HTTP endpoint token leads. */
+export interface EndpointTarget {
+  userId: string;
+  sourceId: string;
+}
+
+export class SourceStore {
+  constructor(private readonly ctx: StoreContext) {}
+
+  newEndpointToken(): string {
+    return randomBase62(32, this.ctx.randomBytes);
+  }
+
+  async get(userId: string, id: string): Promise<SourceRecord | undefined> {
+    return parseStored<SourceRecord>(await this.ctx.redis.get(this.ctx.keys.source(userId, id)));
+  }
+
+  async list(userId: string, page: PageRequest): Promise<Page<SourceRecord>> {
+    const { redis, keys } = this.ctx;
+    return pageFromSortedSet(redis, keys.sources(userId), page, (ids) =>
+      loadJson<SourceRecord>(
+        redis,
+        ids.map((id) => keys.source(userId, id)),
+      ),
+    );
+  }
+
+  /** All source ids of a user (for deletion of the user, timers reconciliation). */
+  async ids(userId: string): Promise<string[]> {
+    return this.ctx.redis.zrange(this.ctx.keys.sources(userId), 0, -1);
+  }
+
+  /**
+   * Claims a unique slug for `name` (`-2`, `-3`… on collision). `keep` is the slug the source
+   * already holds, which stays its own.
+   */
+  async claimSlug(userId: string, sourceId: string, name: string, keep?: string): Promise<string> {
+    const { redis, keys } = this.ctx;
+    const base = slugify(name);
+    if (keep && (keep === base || keep.replace(/-\d+$/, "") === base)) return keep;
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const taken = new Set(await redis.hkeys(keys.sourceSlugs(userId)));
+      const slug = uniqueSlug(base, (s) => taken.has(s));
+      if ((await redis.hsetnx(keys.sourceSlugs(userId), slug, sourceId)) === 1) return slug;
+    }
+    throw new Error("could not claim a unique slug");
+  }
+
+  async releaseSlug(userId: string, slug: string, sourceId: string): Promise<void> {
+    const owner = await this.ctx.redis.hget(this.ctx.keys.sourceSlugs(userId), slug);
+    if (owner === sourceId) await this.ctx.redis.hdel(this.ctx.keys.sourceSlugs(userId), slug);
+  }
+
+  /** Writes the source, its list entry and its endpoint token in one atomic step. */
+  async save(record: SourceRecord, scoreMs: number): Promise<void> {
+    const { redis, keys } = this.ctx;
+    const tx = redis
+      .multi()
+      .set(keys.source(record.user_id, record.id), JSON.stringify(record))
+      .zadd(keys.sources(record.user_id), "NX", scoreMs, record.id);
+    if (record.endpoint_token) tx.hset(keys.endpoints(), record.endpoint_token, `${record.user_id} ${record.id}`);
+    await tx.exec();
+  }
+
+  async endpoint(token: string): Promise<EndpointTarget | undefined> {
+    if (!/^[A-Za-z0-9]{8,64}$/.test(token)) return undefined;
+    const raw = await this.ctx.redis.hget(this.ctx.keys.endpoints(), token);
+    if (!raw) return undefined;
+    const [userId, sourceId] = raw.split(" ");
+    return userId && sourceId ? { userId, sourceId } : undefined;
+  }
+
+  async deleteEndpoint(token: string): Promise<void> {
+    await this.ctx.redis.hdel(this.ctx.keys.endpoints(), token);
+  }
+
+  /** Removes the source and everything that hangs off it in the store (events, db, dedupe state). */
+  async delete(record: SourceRecord): Promise<void> {
+    const { redis, keys } = this.ctx;
+    const u = record.user_id;
+    const channels = await redis.smembers(keys.eventChannels(u, record.id));
+    const tx = redis
+      .multi()
+      .del(keys.source(u, record.id))
+      .zrem(keys.sources(u), record.id)
+      .del(keys.sourceDb(u, record.id))
+      .del(keys.sourceDedupe(u, record.id))
+      .del(keys.eventChannels(u, record.id));
+    for (const c of channels) tx.del(keys.events(u, record.id, c));
+    if (record.endpoint_token) tx.hdel(keys.endpoints(), record.endpoint_token);
+    await tx.exec();
+    await this.releaseSlug(u, record.name_slug, record.id);
+  }
+}

@@ -1,0 +1,142 @@
+import { newId } from "../domain/ids.js";
+import { normalizeChannel } from "./keys.js";
+import { parseStored, type StoreContext } from "./context.js";
+
+export interface SubscriptionRecord {
+  id: string;
+  emitter_id: string;
+  listener_id: string;
+  event_name: string;
+}
+
+export interface AutoSubscriptionRecord {
+  id: string;
+  listener_id: string;
+  event_name: string;
+}
+
+/** The idempotency key of a subscription: "" and "default" are the same channel. */
+const tripleKey = (emitter: string, listener: string, eventName: string) => `${emitter}\n${listener}\n${normalizeChannel(eventName)}`;
+
+/**
+ * Subscriptions of each user. Besides the records, a set per (emitter-or-glob, channel) indexes
+ * them so fan-out never scans every subscription.
+ */
+export class SubscriptionStore {
+  constructor(private readonly ctx: StoreContext) {}
+
+  /** Creates the subscription, or returns the existing one with the same triple. */
+  async create(userId: string, emitterId: string, listenerId: string, eventName: string): Promise<SubscriptionRecord> {
+    const { redis, keys } = this.ctx;
+    const triple = tripleKey(emitterId, listenerId, eventName);
+    const id = newId("sub_", this.ctx.randomBytes);
+    // HSETNX claims the triple first, so concurrent identical requests agree on one id.
+    const claimed = await redis.hsetnx(keys.subscriptionTriples(userId), triple, id);
+    if (claimed === 0) {
+      const existingId = await redis.hget(keys.subscriptionTriples(userId), triple);
+      const existing = existingId ? await this.get(userId, existingId) : undefined;
+      if (existing) return existing;
+      if (existingId) {
+        // A claim whose record never landed (crash between steps): complete it with that id.
+        return this.write(userId, { id: existingId, emitter_id: emitterId, listener_id: listenerId, event_name: eventName });
+      }
+      return this.create(userId, emitterId, listenerId, eventName);
+    }
+    return this.write(userId, { id, emitter_id: emitterId, listener_id: listenerId, event_name: eventName });
+  }
+
+  private async write(userId: string, record: SubscriptionRecord): Promise<SubscriptionRecord> {
+    const { redis, keys } = this.ctx;
+    await redis
+      .multi()
+      .hset(keys.subscriptions(userId), record.id, JSON.stringify(record))
+      .zadd(keys.subscriptionOrder(userId), this.ctx.now(), record.id)
+      .sadd(keys.subscriptionIndex(userId, record.emitter_id, record.event_name), record.id)
+      .exec();
+    return record;
+  }
+
+  async get(userId: string, id: string): Promise<SubscriptionRecord | undefined> {
+    return parseStored<SubscriptionRecord>(await this.ctx.redis.hget(this.ctx.keys.subscriptions(userId), id));
+  }
+
+  /** Every subscription of the user, oldest first (the list is not paginated). */
+  async list(userId: string): Promise<SubscriptionRecord[]> {
+    const { redis, keys } = this.ctx;
+    const ids = await redis.zrange(keys.subscriptionOrder(userId), 0, -1);
+    if (ids.length === 0) return [];
+    const raws = await redis.hmget(keys.subscriptions(userId), ...ids);
+    return raws.map((r) => parseStored<SubscriptionRecord>(r)).filter((s): s is SubscriptionRecord => s !== undefined);
+  }
+
+  /** Deletes by triple; false when there was none. */
+  async deleteTriple(userId: string, emitterId: string, listenerId: string, eventName: string): Promise<boolean> {
+    const id = await this.ctx.redis.hget(this.ctx.keys.subscriptionTriples(userId), tripleKey(emitterId, listenerId, eventName));
+    if (!id) return false;
+    const record = await this.get(userId, id);
+    await this.remove(userId, record ?? { id, emitter_id: emitterId, listener_id: listenerId, event_name: eventName });
+    return true;
+  }
+
+  /** Removes every subscription that names `id` as emitter or listener (source, webhook or workflow deletion). */
+  async deleteNaming(userId: string, id: string): Promise<number> {
+    const all = await this.list(userId);
+    const doomed = all.filter((s) => s.emitter_id === id || s.listener_id === id);
+    for (const s of doomed) await this.remove(userId, s);
+    const autos = await this.listAuto(userId);
+    for (const a of autos.filter((x) => x.listener_id === id)) await this.ctx.redis.hdel(this.ctx.keys.autoSubscriptions(userId), a.id);
+    return doomed.length;
+  }
+
+  private async remove(userId: string, s: SubscriptionRecord): Promise<void> {
+    const { redis, keys } = this.ctx;
+    await redis
+      .multi()
+      .hdel(keys.subscriptions(userId), s.id)
+      .zrem(keys.subscriptionOrder(userId), s.id)
+      .hdel(keys.subscriptionTriples(userId), tripleKey(s.emitter_id, s.listener_id, s.event_name))
+      .srem(keys.subscriptionIndex(userId, s.emitter_id, s.event_name), s.id)
+      .exec();
+  }
+
+  /**
+   * The subscriptions matching an event: exact emitter and the emitter's glob, on the event's
+   * channel. One SUNION and one HMGET, however many subscriptions the user has.
+   */
+  async matching(userId: string, emitterId: string, channel: string): Promise<SubscriptionRecord[]> {
+    const { redis, keys } = this.ctx;
+    const glob = emitterId.startsWith("dc_") ? "dc_*" : emitterId.startsWith("p_") ? "p_*" : undefined;
+    const sets = [keys.subscriptionIndex(userId, emitterId, channel)];
+    if (glob) sets.push(keys.subscriptionIndex(userId, glob, channel));
+    const ids = await redis.sunion(...sets);
+    if (ids.length === 0) return [];
+    const raws = await redis.hmget(keys.subscriptions(userId), ...ids);
+    return raws.map((r) => parseStored<SubscriptionRecord>(r)).filter((s): s is SubscriptionRecord => s !== undefined);
+  }
+
+  async createAuto(userId: string, listenerId: string, eventName: string): Promise<AutoSubscriptionRecord> {
+    const existing = (await this.listAuto(userId)).find(
+      (a) => a.listener_id === listenerId && normalizeChannel(a.event_name) === normalizeChannel(eventName),
+    );
+    if (existing) return existing;
+    const record: AutoSubscriptionRecord = { id: newId("asub_", this.ctx.randomBytes), listener_id: listenerId, event_name: eventName };
+    await this.ctx.redis.hset(this.ctx.keys.autoSubscriptions(userId), record.id, JSON.stringify(record));
+    return record;
+  }
+
+  async listAuto(userId: string): Promise<AutoSubscriptionRecord[]> {
+    const all = await this.ctx.redis.hvals(this.ctx.keys.autoSubscriptions(userId));
+    return all.map((r) => parseStored<AutoSubscriptionRecord>(r)).filter((a): a is AutoSubscriptionRecord => a !== undefined);
+  }
+
+  /** Turns the user's auto-subscriptions into real subscriptions for a new emitter. */
+  async applyAuto(userId: string, emitterId: string): Promise<SubscriptionRecord[]> {
+    const autos = await this.listAuto(userId);
+    const created: SubscriptionRecord[] = [];
+    for (const a of autos) {
+      if (a.listener_id === emitterId) continue;
+      created.push(await this.create(userId, emitterId, a.listener_id, a.event_name));
+    }
+    return created;
+  }
+}

@@ -1,0 +1,115 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+import { newId, randomBase62 } from "../domain/ids.js";
+import { ConflictError, NotFoundError } from "../domain/errors.js";
+import { epochSeconds, type StoreContext } from "./context.js";
+
+export type Plan = "free" | "paid";
+
+export interface UserRecord {
+  id: string;
+  username: string;
+  email: string;
+  plan: Plan;
+  created_at: number;
+  /** sha256 hex of the current API key; the key itself is never stored. */
+  api_key_hash: string;
+  /** Last four characters of the key, for the masked display in GET /users/me. */
+  api_key_last4: string;
+}
+
+const hashKey = (key: string): string => createHash("sha256").update(key).digest("hex");
+
+/** Users and their API keys. Keys are stored hashed; lookups go through the hash. */
+export class UserStore {
+  constructor(private readonly ctx: StoreContext) {}
+
+  private newApiKey(): string {
+    return `trib_${randomBase62(40, this.ctx.randomBytes)}`;
+  }
+
+  async create(input: { username: string; email: string; plan: Plan }): Promise<{ user: UserRecord; apiKey: string }> {
+    const { redis, keys } = this.ctx;
+    const id = newId("u_", this.ctx.randomBytes);
+    const apiKey = this.newApiKey();
+    const now = this.ctx.now();
+    const user: UserRecord = {
+      id,
+      username: input.username,
+      email: input.email,
+      plan: input.plan,
+      created_at: epochSeconds(now),
+      api_key_hash: hashKey(apiKey),
+      api_key_last4: apiKey.slice(-4),
+    };
+    // Claim the username first so two concurrent creates cannot both win it.
+    const claimed = await redis.hsetnx(keys.usernames(), input.username, id);
+    if (claimed === 0) throw new ConflictError(`username ${input.username} is taken`, "username_taken");
+    await redis
+      .multi()
+      .set(keys.user(id), JSON.stringify(user))
+      .hset(keys.apiKeys(), user.api_key_hash, id)
+      .zadd(keys.users(), now, id)
+      .exec();
+    return { user, apiKey };
+  }
+
+  async get(id: string): Promise<UserRecord | undefined> {
+    const raw = await this.ctx.redis.get(this.ctx.keys.user(id));
+    return raw ? (JSON.parse(raw) as UserRecord) : undefined;
+  }
+
+  async require(id: string): Promise<UserRecord> {
+    const user = await this.get(id);
+    if (!user) throw new NotFoundError("user not found");
+    return user;
+  }
+
+  /** The user id an API key belongs to, or undefined. */
+  async authenticate(apiKey: string): Promise<string | undefined> {
+    if (apiKey.length < 8 || apiKey.length > 200) return undefined;
+    const digest = hashKey(apiKey);
+    const userId = await this.ctx.redis.hget(this.ctx.keys.apiKeys(), digest);
+    if (!userId) return undefined;
+    // The hash lookup already selects by digest; the constant-time check guards against a stale
+    // index entry surviving a rotation that was interrupted half-way.
+    const user = await this.get(userId);
+    if (!user) return undefined;
+    const a = Buffer.from(user.api_key_hash, "hex");
+    const b = Buffer.from(digest, "hex");
+    return a.length === b.length && timingSafeEqual(a, b) ? userId : undefined;
+  }
+
+  /** Issues a new key; the old one stops working in the same atomic step. */
+  async rotateKey(id: string): Promise<string> {
+    const { redis, keys } = this.ctx;
+    const user = await this.require(id);
+    const apiKey = this.newApiKey();
+    const updated: UserRecord = { ...user, api_key_hash: hashKey(apiKey), api_key_last4: apiKey.slice(-4) };
+    await redis
+      .multi()
+      .hdel(keys.apiKeys(), user.api_key_hash)
+      .hset(keys.apiKeys(), updated.api_key_hash, id)
+      .set(keys.user(id), JSON.stringify(updated))
+      .exec();
+    return apiKey;
+  }
+
+  async list(): Promise<UserRecord[]> {
+    const ids = await this.ctx.redis.zrevrange(this.ctx.keys.users(), 0, -1);
+    const users = await Promise.all(ids.map((id) => this.get(id)));
+    return users.filter((u): u is UserRecord => u !== undefined);
+  }
+
+  /** Removes the user's global entries and every key under the user's hash tag. */
+  async delete(id: string): Promise<void> {
+    const { redis, keys } = this.ctx;
+    const user = await this.require(id);
+    await redis.multi().hdel(keys.apiKeys(), user.api_key_hash).hdel(keys.usernames(), user.username).zrem(keys.users(), id).exec();
+    let cursor = "0";
+    do {
+      const [next, found] = await redis.scan(cursor, "MATCH", `${keys.prefix}:{${id}}:*`, "COUNT", 500);
+      cursor = next;
+      if (found.length > 0) await redis.unlink(...found);
+    } while (cursor !== "0");
+  }
+}

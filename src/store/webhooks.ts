@@ -1,0 +1,86 @@
+import type { PageRequest } from "../domain/pagination.js";
+import { newId } from "../domain/ids.js";
+import { epochSeconds, parseStored, type StoreContext } from "./context.js";
+import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
+
+export interface WebhookRecord {
+  id: string;
+  user_id: string;
+  name: string | null;
+  description: string | null;
+  url: string;
+  active: boolean;
+  created_at: number;
+  updated_at: number;
+  signing_secret: string;
+}
+
+export interface WebhookPatch {
+  url?: string;
+  name?: string | null;
+  description?: string | null;
+  active?: boolean;
+}
+
+export class WebhookStore {
+  constructor(private readonly ctx: StoreContext) {}
+
+  async create(
+    userId: string,
+    input: { url: string; name: string | null; description: string | null; signingSecret: string },
+  ): Promise<WebhookRecord> {
+    const { redis, keys } = this.ctx;
+    const now = this.ctx.now();
+    const record: WebhookRecord = {
+      id: newId("wh_", this.ctx.randomBytes),
+      user_id: userId,
+      name: input.name,
+      description: input.description,
+      url: input.url,
+      active: true,
+      created_at: epochSeconds(now),
+      updated_at: epochSeconds(now),
+      signing_secret: input.signingSecret,
+    };
+    await redis.multi().set(keys.webhook(userId, record.id), JSON.stringify(record)).zadd(keys.webhooks(userId), now, record.id).exec();
+    return record;
+  }
+
+  async get(userId: string, id: string): Promise<WebhookRecord | undefined> {
+    return parseStored<WebhookRecord>(await this.ctx.redis.get(this.ctx.keys.webhook(userId, id)));
+  }
+
+  async list(userId: string, page: PageRequest): Promise<Page<WebhookRecord>> {
+    const { redis, keys } = this.ctx;
+    return pageFromSortedSet(redis, keys.webhooks(userId), page, (ids) =>
+      loadJson<WebhookRecord>(
+        redis,
+        ids.map((id) => keys.webhook(userId, id)),
+      ),
+    );
+  }
+
+  /** Applies a patch; undefined when the webhook does not exist. */
+  async update(userId: string, id: string, patch: WebhookPatch): Promise<WebhookRecord | undefined> {
+    const current = await this.get(userId, id);
+    if (!current) return undefined;
+    const next: WebhookRecord = { ...current, ...definedOnly(patch), updated_at: epochSeconds(this.ctx.now()) };
+    // SET XX: a webhook deleted meanwhile is not resurrected.
+    const ok = await this.ctx.redis.set(this.ctx.keys.webhook(userId, id), JSON.stringify(next), "XX");
+    return ok ? next : undefined;
+  }
+
+  /** Deletes the webhook and its attempt log. Subscriptions are removed by the caller. */
+  async delete(userId: string, id: string): Promise<boolean> {
+    const { redis, keys } = this.ctx;
+    const deliveryIds = await redis.zrange(keys.deliveries(userId, id), 0, -1);
+    const tx = redis.multi().del(keys.webhook(userId, id)).zrem(keys.webhooks(userId), id).del(keys.deliveries(userId, id));
+    for (const d of deliveryIds) tx.del(keys.delivery(userId, d));
+    const res = await tx.exec();
+    return Number(res?.[0]?.[1] ?? 0) > 0;
+  }
+}
+
+function definedOnly<T extends object>(patch: T): Partial<T> {
+  return Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

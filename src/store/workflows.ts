@@ -1,0 +1,66 @@
+import { epochSeconds, parseStored, type StoreContext } from "./context.js";
+import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
+import type { PageRequest } from "../domain/pagination.js";
+
+export interface WorkflowRecord {
+  id: string;
+  name: string | null;
+  trigger_url: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+/** Workflows are chosen by the caller and registered the first time they are seen (SPEC §3). */
+export class WorkflowStore {
+  constructor(private readonly ctx: StoreContext) {}
+
+  async get(userId: string, id: string): Promise<WorkflowRecord | undefined> {
+    return parseStored<WorkflowRecord>(await this.ctx.redis.get(this.ctx.keys.workflow(userId, id)));
+  }
+
+  /** Registers the workflow if it is new; `created` tells whether this call registered it. */
+  async ensure(userId: string, id: string): Promise<{ workflow: WorkflowRecord; created: boolean }> {
+    const { redis, keys } = this.ctx;
+    const now = this.ctx.now();
+    const record: WorkflowRecord = { id, name: null, trigger_url: null, created_at: epochSeconds(now), updated_at: epochSeconds(now) };
+    const created = (await redis.set(keys.workflow(userId, id), JSON.stringify(record), "NX")) === "OK";
+    if (created) {
+      await redis.zadd(keys.workflows(userId), now, id);
+      return { workflow: record, created };
+    }
+    const existing = await this.get(userId, id);
+    return { workflow: existing ?? record, created: false };
+  }
+
+  async upsert(
+    userId: string,
+    id: string,
+    patch: { name?: string | null; trigger_url?: string | null },
+  ): Promise<{ workflow: WorkflowRecord; created: boolean }> {
+    const { workflow, created } = await this.ensure(userId, id);
+    const next: WorkflowRecord = {
+      ...workflow,
+      ...(patch.name !== undefined ? { name: patch.name } : {}),
+      ...(patch.trigger_url !== undefined ? { trigger_url: patch.trigger_url } : {}),
+      updated_at: epochSeconds(this.ctx.now()),
+    };
+    await this.ctx.redis.set(this.ctx.keys.workflow(userId, id), JSON.stringify(next));
+    return { workflow: next, created };
+  }
+
+  async list(userId: string, page: PageRequest): Promise<Page<WorkflowRecord>> {
+    const { redis, keys } = this.ctx;
+    return pageFromSortedSet(redis, keys.workflows(userId), page, (ids) =>
+      loadJson<WorkflowRecord>(
+        redis,
+        ids.map((id) => keys.workflow(userId, id)),
+      ),
+    );
+  }
+
+  async delete(userId: string, id: string): Promise<boolean> {
+    const { redis, keys } = this.ctx;
+    const res = await redis.multi().del(keys.workflow(userId, id)).zrem(keys.workflows(userId), id).exec();
+    return Number(res?.[0]?.[1] ?? 0) > 0;
+  }
+}
