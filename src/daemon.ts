@@ -66,8 +66,11 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const redisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true } as const;
   const redis = new Redis(opts.redisUrl, redisOptions);
   redis.on("error", (err) => logger.warn({ err: err.message }, "redis connection error"));
+  // Blocking reads (fan-out, scheduler) get connections of their own so they never stall commands.
   const blocking = new Redis(opts.redisUrl, redisOptions);
   blocking.on("error", () => {});
+  const schedulerBlocking = new Redis(opts.redisUrl, redisOptions);
+  schedulerBlocking.on("error", () => {});
   const connection: ConnectionOptions = redis.duplicate();
   const keys = createKeys(config.keyPrefix);
   const ctx: StoreContext = { redis, keys, now: Date.now, randomBytes: (n) => randomBytes(n) };
@@ -104,16 +107,19 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     logger,
     metrics,
     redis,
+    blocking: schedulerBlocking,
     keys,
     connection,
     prefix: keys.bullPrefix,
     agent,
+    users: userStore,
     sourceStore,
     components,
     ingest,
-    events,
     sourceRunQueue,
     timersQueue,
+    now: Date.now,
+    randomBytes: ctx.randomBytes,
   });
   const sources = new SourceService(sourceStore, components, subscriptionStore, runtime.lifecycle, {
     publicUrl: config.publicUrl,
@@ -197,7 +203,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       webhooks,
       workflows,
       purgeUser,
-      ready: async () => (await redis.ping()) === "PONG" && runtime.healthy(),
+      ready: async () => redis.status === "ready" && (await redis.ping()) === "PONG",
       endpoints: runtime.endpoints,
       v1Modules: [
         eventRoutes({
@@ -251,7 +257,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       await deadline(Promise.all([deliveryQueue.close(), sourceRunQueue.close(), maintenanceQueue.close(), timersQueue.close()]));
       await agent.close().catch(() => {});
       // 4. Quit Redis.
-      await Promise.all([redis.quit().catch(() => {}), blocking.quit().catch(() => {}), (connection as Redis).quit().catch(() => {})]);
+      await Promise.all([redis, blocking, schedulerBlocking, connection as Redis].map((c) => c.quit().catch(() => {})));
     })();
     return closing;
   };

@@ -45,7 +45,8 @@ export function sendList(ctx: Context, items: readonly object[]): void {
   ctx.body = { data: items.map((d) => applyFieldFilter(d, filter)) };
 }
 
+/** An empty answer: 204, or 202 for accepted asynchronous work (Koa turns a null body into 204, so 202 gets ""). */
 export function noContent(ctx: Context, status = 204): void {
+  ctx.body = status === 204 ? null : "";
   ctx.status = status;
-  ctx.body = null;
 }

@@ -51,6 +51,8 @@ export function normalizeProps(rawProps: unknown): PropDefinition[] {
 }
 
 function normalizeProp(name: string, raw: unknown): PropDefinition {
+  // Stored values are keyed by prop name; this one would set an object's prototype instead.
+  if (name === "__proto__") throw new ValidationError("component prop __proto__ is not allowed");
   if (typeof raw === "string") return { name, type: raw };
   if (!isPlainObject(raw)) throw new ValidationError(`component prop ${name} must be a type name or an object with a type`);
   let type = raw.type;
@@ -94,7 +96,8 @@ export function validateConfiguredProps(
   }
   const out: Record<string, unknown> = {};
   for (const def of defs) {
-    const value = configuredValue(def, given[def.name], opts);
+    // Own properties only: a prop named "constructor" must not read Object.prototype.constructor.
+    const value = configuredValue(def, Object.hasOwn(given, def.name) ? given[def.name] : undefined, opts);
     if (value !== undefined) out[def.name] = value;
   }
   return out;
@@ -133,7 +136,7 @@ function checkValue(def: PropDefinition, value: unknown, where: string): void {
     case "object[]": {
       const item = def.type.slice(0, -2);
       if (!Array.isArray(value)) throw new ValidationError(`${where} must be an array of ${item}s`);
-      value.forEach((v, i) => checkScalar(def, item, v, `${where}[${i}]`));
+      for (const [i, v] of value.entries()) checkScalar(def, item, v, `${where}[${i}]`);
       return;
     }
     default:

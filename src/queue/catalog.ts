@@ -82,5 +82,5 @@ export const maintenanceJob = z.object({
 });
 export type MaintenanceJob = z.infer<typeof maintenanceJob>;
 
-export const timerJob = z.object({ userId: z.string(), sourceId: z.string() });
+export const timerJob = z.object({ userId: z.string(), sourceId: z.string(), intervalSeconds: z.number().nullable().optional() });
 export type TimerJob = z.infer<typeof timerJob>;

@@ -3,30 +3,45 @@ import type { Redis } from "ioredis";
 import type { Middleware } from "koa";
 import type { Agent } from "undici";
 import type { Config, Role } from "../config/schema.js";
+import type { RandomBytes } from "../domain/ids.js";
 import type { Ingest } from "../events/ingest.js";
-import type { EventStore } from "../events/store.js";
+import { guardedFetchText } from "../net/fetch-text.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { ComponentService } from "../services/components.js";
-import { noLifecycle, type SourceLifecycle } from "../services/sources.js";
+import type { SourceLifecycle } from "../services/sources.js";
 import type { Keys } from "../store/keys.js";
 import type { SourceStore } from "../store/sources.js";
+import type { UserStore } from "../store/users.js";
+import { sourceEndpoints } from "./endpoints.js";
+import { RuntimeLifecycle } from "./lifecycle.js";
+import { Quotas } from "./quotas.js";
+import { RateLimiter } from "./rate-limit.js";
+import { SourceRunner } from "./runner.js";
+import { Sandbox } from "./sandbox/sandbox.js";
+import type { HostFetch } from "./sandbox/types.js";
+import { TimerControl, TimerScheduler } from "./timers.js";
+import { RuntimeWorkers } from "./workers.js";
 
 export interface RuntimeDeps {
   config: Config;
   logger: Logger;
   metrics: Metrics;
   redis: Redis;
+  /** A dedicated connection for the scheduler's blocking reads. */
+  blocking: Redis;
   keys: Keys;
   connection: ConnectionOptions;
   prefix: string;
   agent: Agent;
+  users: UserStore;
   sourceStore: SourceStore;
   components: ComponentService;
   ingest: Ingest;
-  events: EventStore;
   sourceRunQueue: Queue;
   timersQueue: Queue;
+  now: () => number;
+  randomBytes: RandomBytes;
 }
 
 /** The source runtime (SPEC §5) as the rest of the daemon sees it. */
@@ -34,20 +49,92 @@ export interface Runtime {
   /** Hooks and timers around a source's life. */
   readonly lifecycle: SourceLifecycle;
   /** HTTP source endpoints under /e/<token>. */
-  readonly endpoints: Middleware | undefined;
+  readonly endpoints: Middleware;
   /** Starts the workers (worker role) and the timer scheduler (scheduler role). */
   start(roles: ReadonlySet<Role>): Promise<void>;
-  healthy(): boolean;
   close(): Promise<void>;
 }
 
-/** Placeholder until the runtime lands: sources are stored but never run. */
-export function createRuntime(_deps: RuntimeDeps): Runtime {
+/** Largest response the sandbox's fetch accepts. */
+const SANDBOX_FETCH_MAX_BYTES = 5 * 1024 * 1024;
+
+export function createRuntime(d: RuntimeDeps): Runtime {
+  const { config } = d;
+  const fetch: HostFetch = async (url, init) => {
+    const res = await guardedFetchText(url, {
+      agent: d.agent,
+      timeoutMs: Math.min(config.sandboxTimeoutMs, 30_000),
+      maxBytes: SANDBOX_FETCH_MAX_BYTES,
+      method: init.method,
+      headers: init.headers,
+      body: init.body,
+      signal: init.signal,
+    });
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(", ") : v;
+    return { status: res.status, statusText: res.statusText, headers, body: res.text };
+  };
+  const sandbox = new Sandbox(
+    { memoryMb: config.sandboxMemoryMb, timeoutMs: config.sandboxTimeoutMs },
+    { fetch, onCatastrophicError: (message) => d.logger.fatal({ message }, "isolated-vm lost control of an isolate") },
+  );
+  const quotas = new Quotas(d.redis, d.keys, d.users, {
+    dailyInvocations: config.freeDailyInvocationsQuota,
+    dailyComputeMs: config.freeDailyComputeTimeQuotaMs,
+  });
+  const runner = new SourceRunner({
+    redis: d.redis,
+    keys: d.keys,
+    sandbox,
+    sources: d.sourceStore,
+    components: d.components,
+    ingest: d.ingest,
+    quotas,
+    metrics: d.metrics,
+    logger: d.logger,
+    now: d.now,
+    randomBytes: d.randomBytes,
+  });
+  const timerControl = new TimerControl(d.redis, d.keys);
+  const lifecycle = new RuntimeLifecycle(runner, d.components, timerControl, d.logger);
+  const endpoints = sourceEndpoints({
+    sources: d.sourceStore,
+    components: d.components,
+    runner,
+    quotas,
+    limiter: new RateLimiter(d.redis, config.sourceHttpRatePerSecond, config.sourceHttpRatePerSecond * 2),
+    keys: d.keys,
+    queue: d.sourceRunQueue,
+    bodyLimitBytes: config.bodyLimitBytes,
+    logger: d.logger,
+    now: d.now,
+  });
+  let workers: RuntimeWorkers | undefined;
+  let scheduler: TimerScheduler | undefined;
   return {
-    lifecycle: noLifecycle,
-    endpoints: undefined,
-    start: async () => {},
-    healthy: () => true,
-    close: async () => {},
+    lifecycle,
+    endpoints,
+    async start(roles) {
+      if (roles.has("worker")) {
+        workers = new RuntimeWorkers({
+          connection: d.connection,
+          prefix: d.prefix,
+          concurrency: config.sourceRunConcurrency,
+          runner,
+          logger: d.logger,
+          metrics: d.metrics,
+          now: d.now,
+        });
+        workers.start();
+      }
+      if (roles.has("scheduler")) {
+        scheduler = new TimerScheduler({ redis: d.redis, blocking: d.blocking, keys: d.keys, sources: d.sourceStore, timers: d.timersQueue, logger: d.logger });
+        await scheduler.start();
+      }
+    },
+    async close() {
+      await Promise.all([workers?.close(), scheduler?.close()]);
+      await sandbox.close();
+    },
   };
 }

@@ -47,6 +47,8 @@ export function createKeys(prefix: string) {
     sourceSlugs: (userId: string) => `${u(userId)}:sources:slugs`,
     sourceDb: (userId: string, id: string) => `${u(userId)}:db:${id}`,
     sourceDedupe: (userId: string, id: string) => `${u(userId)}:dedupe:${id}`,
+    /** token bucket of a source's HTTP endpoint */
+    sourceRate: (userId: string, id: string) => `${u(userId)}:rate:${id}`,
 
     webhooks: (userId: string) => `${u(userId)}:webhooks`,
     webhook: (userId: string, id: string) => `${u(userId)}:webhook:${id}`,
@@ -78,5 +80,9 @@ export function createKeys(prefix: string) {
 
     /** stream: the outbox read by fan-out workers through a consumer group */
     outbox: () => `${g}:outbox`,
+    /** stream: "reconcile this source's timer" requests for the scheduler role */
+    timerControl: () => `${g}:timers:control`,
+    /** string: the scheduler role's leadership lock */
+    schedulerLock: () => `${g}:timers:lock`,
   };
 }

@@ -29,13 +29,13 @@ export function toAppError(err: unknown): AppError | undefined {
   const e = err as HttpLikeError;
   const status = e?.status ?? e?.statusCode;
   if (e?.type === "entity.too.large" || status === 413) return new PayloadTooLargeError();
-  if (e?.type === "entity.parse.failed") return new ValidationError("request body is not valid JSON", "invalid_json");
+  if (e?.type === "entity.parse.failed" || (err instanceof SyntaxError && status === 400)) return new ValidationError("request body is not valid JSON", "invalid_json");
   if (e?.type === "encoding.unsupported" || e?.type === "charset.unsupported") {
     return new ValidationError("request body has an unsupported encoding", "invalid_body");
   }
   if (e?.type === "request.aborted") return new ValidationError("request was aborted", "request_aborted");
-  if (typeof status === "number" && status >= 400 && status < 500 && e.expose) {
-    return new AppError(status, "bad_request", e.message || "bad request");
+  if (typeof status === "number" && status >= 400 && status < 500) {
+    return new AppError(status, "bad_request", e.expose && e.message ? e.message : "bad request");
   }
   return undefined;
 }

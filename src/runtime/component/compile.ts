@@ -55,7 +55,7 @@ function formatMessages(errors: readonly Message[]): string {
   const shown = errors.slice(0, 3).map((e) => {
     const loc = e.location;
     // Locations inside node_modules would reveal the daemon's paths; keep only the component's.
-    const where = loc && loc.file.endsWith(COMPONENT_FILENAME) ? `${COMPONENT_FILENAME}:${loc.line}:${loc.column + 1}: ` : "";
+    const where = loc?.file.endsWith(COMPONENT_FILENAME) ? `${COMPONENT_FILENAME}:${loc.line}:${loc.column + 1}: ` : "";
     return where + e.text;
   });
   const more = errors.length > 3 ? `; and ${errors.length - 3} more` : "";

@@ -7,11 +7,11 @@ import { FUNCTION_MARKER } from "../../domain/props.js";
  * Everything returned to the host is plain data built here, never a component-made object.
  */
 export const GUEST_COMPONENT_SOURCE =
-  String.raw`
+  `
 const race = Promise.race.bind(Promise);
 const FUNCTION_MARKER = ` +
   JSON.stringify(FUNCTION_MARKER) +
-  String.raw`;
+  `;
 
 function guestRequire(name) {
   throw new Error("require(" + stringify(String(name)) + ") is not available: import allowed packages at the top of the component");

@@ -17,7 +17,7 @@ import { GUEST_FORMAT_SOURCE } from "./guest-format.js";
  * stack trace) never crosses into the guest.
  */
 export const GUEST_PRELUDE_SOURCE =
-  String.raw`"use strict";
+  `"use strict";
 const hostCallback = $0;
 function host(op, a, b, c, d, e) {
   const r = hostCallback(op, a, b, c, d, e);
@@ -43,6 +43,17 @@ for (const kind of ["log", "info", "warn", "error", "debug"]) {
 }
 consoleObject.trace = consoleObject.debug;
 consoleObject.dir = consoleObject.log;
+consoleObject.table = consoleObject.log;
+consoleObject.assert = function (ok, ...rest) { if (!ok) host("log", "console.error", "Assertion failed" + (rest.length ? ": " + formatArgs(rest) : "")); };
+const counts = new Map();
+const timings = new Map();
+consoleObject.count = (label = "default") => { const n = (counts.get(label) || 0) + 1; counts.set(label, n); consoleObject.info(label + ": " + n); };
+consoleObject.countReset = (label = "default") => { counts.delete(label); };
+consoleObject.time = (label = "default") => { timings.set(label, Date.now()); };
+consoleObject.timeLog = consoleObject.timeEnd = function (label = "default") {
+  if (timings.has(label)) consoleObject.info(label + ": " + (Date.now() - timings.get(label)) + "ms");
+};
+consoleObject.group = consoleObject.groupCollapsed = consoleObject.groupEnd = () => {};
 globalThis.console = consoleObject;
 
 // Settled by the host: fetch results and timer firings, keyed by ids the guest chooses.

@@ -1,4 +1,5 @@
 import ivm from "isolated-vm";
+import { GUEST_PRELUDE_SOURCE } from "./guest-prelude.js";
 
 /**
  * Isolates are reused across runs because creating one costs milliseconds and its compiled
@@ -10,6 +11,8 @@ import ivm from "isolated-vm";
 
 export interface IsolatePoolOptions {
   memoryMb: number;
+  /** Isolates alive at once (each may use memoryMb); further runs wait for one. */
+  maxIsolates?: number;
   /** Healthy isolates kept for reuse; extra ones are disposed. */
   maxIdle?: number;
   /** Runs after which an isolate is retired anyway, so heap fragmentation cannot accumulate. */
@@ -21,6 +24,8 @@ export interface IsolatePoolOptions {
 
 export interface Lease {
   readonly isolate: ivm.Isolate;
+  /** The guest prelude, compiled once per isolate (compiling it per run costs more than the run). */
+  prelude: ivm.Script | undefined;
   /** Compiled component scripts by source, least recently used first. */
   readonly scripts: Map<string, ivm.Script>;
   runs: number;
@@ -30,16 +35,24 @@ export interface Lease {
 const WRAP_HEAD = "(function (exports, require, module, __filename, __dirname) {";
 const WRAP_TAIL = "\n})";
 
+interface Waiter {
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
 export class IsolatePool {
   private readonly idle: Lease[] = [];
   private readonly leased = new Set<Lease>();
+  private readonly waiters: Waiter[] = [];
   private closed = false;
+  private readonly maxIsolates: number;
   private readonly maxIdle: number;
   private readonly maxRuns: number;
   private readonly cacheSize: number;
 
   constructor(private readonly opts: IsolatePoolOptions) {
-    this.maxIdle = opts.maxIdle ?? 4;
+    this.maxIsolates = opts.maxIsolates ?? 16;
+    this.maxIdle = Math.min(opts.maxIdle ?? 4, this.maxIsolates);
     this.maxRuns = opts.maxRunsPerIsolate ?? 500;
     this.cacheSize = opts.scriptCacheSize ?? 32;
   }
@@ -48,8 +61,13 @@ export class IsolatePool {
     return this.closed;
   }
 
-  acquire(): Lease {
-    if (this.closed) throw new Error("the sandbox is closed");
+  /** An isolate for one run; waits while maxIsolates are in use. */
+  async acquire(): Promise<Lease> {
+    for (;;) {
+      if (this.closed) throw new Error("the sandbox is closed");
+      if (this.idle.length > 0 || this.leased.size < this.maxIsolates) break;
+      await new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject }));
+    }
     let lease = this.idle.pop();
     while (lease?.isolate.isDisposed) lease = this.idle.pop();
     lease ??= this.create();
@@ -64,6 +82,7 @@ export class IsolatePool {
     const keep = reusable && !this.closed && !lease.isolate.isDisposed && lease.runs < this.maxRuns && this.idle.length < this.maxIdle;
     if (keep) this.idle.push(lease);
     else this.kill(lease);
+    this.waiters.shift()?.resolve();
   }
 
   /** Disposes the lease's isolate now, which stops whatever runs in it. Idempotent. */
@@ -73,6 +92,22 @@ export class IsolatePool {
       lease.isolate.dispose();
     } catch {
       // Already disposed by isolated-vm itself (memory limit) between the check and the call.
+    }
+  }
+
+  /**
+   * Runs the guest prelude in a fresh context with the host's callback as its `$0` and returns a
+   * reference to the guest's `dispatch` (see guest-prelude.ts).
+   */
+  async install(lease: Lease, context: ivm.Context, callback: ivm.Callback, timeoutMs: number): Promise<ivm.Reference> {
+    lease.prelude ??= await lease.isolate.compileScript(`(function ($0) {${GUEST_PRELUDE_SOURCE}\n})`, {
+      filename: "tributary-prelude.js",
+    });
+    const init = await lease.prelude.run(context, { reference: true, timeout: timeoutMs });
+    try {
+      return await init.apply(undefined, [callback], { result: { reference: true }, timeout: timeoutMs });
+    } finally {
+      init.release();
     }
   }
 
@@ -101,6 +136,7 @@ export class IsolatePool {
     if (this.closed) return;
     this.closed = true;
     for (const lease of [...this.idle, ...this.leased]) this.kill(lease);
+    for (const waiter of this.waiters.splice(0)) waiter.reject(new Error("the sandbox is closed"));
     this.idle.length = 0;
     this.leased.clear();
   }
@@ -110,6 +146,6 @@ export class IsolatePool {
       memoryLimit: this.opts.memoryMb,
       ...(this.opts.onCatastrophicError ? { onCatastrophicError: this.opts.onCatastrophicError } : {}),
     });
-    return { isolate, scripts: new Map(), runs: 0 };
+    return { isolate, prelude: undefined, scripts: new Map(), runs: 0 };
   }
 }

@@ -1,5 +1,4 @@
 import ivm from "isolated-vm";
-import { GUEST_PRELUDE_SOURCE } from "./guest-prelude.js";
 import { HostBridge, metadataHostCallback } from "./host-bridge.js";
 import { IsolatePool, type Lease } from "./isolate-pool.js";
 import {
@@ -29,6 +28,8 @@ export interface SandboxOptions {
   fetch?: HostFetch;
   /** Healthy isolates kept between runs (default 4). */
   maxIdleIsolates?: number;
+  /** Isolates alive at once, i.e. concurrent runs (default 16); more runs wait their turn. */
+  maxIsolates?: number;
   /** isolated-vm's "V8 lost control of an isolate" signal; the process should log and exit. */
   onCatastrophicError?: (message: string) => void;
 }
@@ -42,7 +43,6 @@ const unavailableFetch: HostFetch = async () => {
 
 /** How long a finished run's isolate may take to answer before it is presumed stuck. */
 const PING_DEADLINE_MS = 250;
-const LIMIT_CODES = new Set(["TIMEOUT", "MEMORY_LIMIT", "SANDBOX_CLOSED", "SANDBOX_ERROR"]);
 const MAX_MESSAGE = 4 * 1024;
 const MAX_STACK = 16 * 1024;
 
@@ -57,13 +57,15 @@ export class Sandbox {
     this.pool = new IsolatePool({
       memoryMb: limits.memoryMb,
       maxIdle: options.maxIdleIsolates,
+      maxIsolates: options.maxIsolates,
       onCatastrophicError: options.onCatastrophicError,
     });
   }
 
   async run(req: RunRequest): Promise<RunResult> {
+    const lease = await this.pool.acquire();
+    // Time spent waiting for an isolate is not the component's: the clock starts now.
     const started = performance.now();
-    const lease = this.pool.acquire();
     const deadline = started + this.limits.timeoutMs;
     let timedOut = false;
     let abortRun: (reason: unknown) => void = () => {};
@@ -79,6 +81,8 @@ export class Sandbox {
     }, this.limits.timeoutMs);
     let context: ivm.Context | undefined;
     let error: RunError | undefined;
+    // Whether the isolate itself failed (limit, kill, isolated-vm error), as opposed to the component throwing.
+    let isolateFailed = false;
     try {
       const execution = this.execute(lease, bridge, req, deadline, (c) => {
         context = c;
@@ -87,12 +91,13 @@ export class Sandbox {
       const guestError = await Promise.race([execution, aborted]);
       if (guestError) error = fromGuest(guestError);
     } catch (err) {
+      isolateFailed = true;
       error = this.classify(err, lease, timedOut);
     } finally {
       clearTimeout(timer);
       bridge.close();
     }
-    void this.recycle(lease, context, !error || !LIMIT_CODES.has(error.code));
+    void this.recycle(lease, context, !isolateFailed);
     return {
       emits: bridge.emits,
       logs: bridge.logEntries(),
@@ -110,7 +115,7 @@ export class Sandbox {
    * load (throw, no component object, time or memory limit) is `{ok: false, reason}`.
    */
   async inspect(compiledCode: string, timeoutMs: number): Promise<InspectResult> {
-    const lease = this.pool.acquire();
+    const lease = await this.pool.acquire();
     const deadline = performance.now() + timeoutMs;
     let context: ivm.Context | undefined;
     let timedOut = false;
@@ -121,7 +126,7 @@ export class Sandbox {
     let healthy = false;
     try {
       context = await lease.isolate.createContext();
-      const dispatch = await installPrelude(context, metadataHostCallback(), remaining(deadline));
+      const dispatch = await this.pool.install(lease, context, metadataHostCallback(), remaining(deadline));
       const factory = await this.pool.factory(lease, context, compiledCode, remaining(deadline));
       const out = await dispatch.apply(undefined, ["load", factory.derefInto()], { result: { copy: true }, timeout: remaining(deadline) });
       healthy = true;
@@ -146,7 +151,7 @@ export class Sandbox {
   private async execute(lease: Lease, bridge: HostBridge, req: RunRequest, deadline: number, onContext: (c: ivm.Context) => void) {
     const context = await lease.isolate.createContext();
     onContext(context);
-    const dispatch = await installPrelude(context, bridge.callback, remaining(deadline));
+    const dispatch = await this.pool.install(lease, context, bridge.callback, remaining(deadline));
     bridge.attach((id, ok, value) =>
       dispatch.apply(undefined, ["settle", id, ok, value], { arguments: { copy: true }, timeout: remaining(deadline) }),
     );
@@ -186,14 +191,6 @@ export class Sandbox {
     }
     this.pool.release(lease, ok);
   }
-}
-
-async function installPrelude(context: ivm.Context, callback: ivm.Callback, timeoutMs: number): Promise<ivm.Reference> {
-  return context.evalClosure(GUEST_PRELUDE_SOURCE, [callback], {
-    result: { reference: true },
-    timeout: timeoutMs,
-    filename: "tributary-prelude.js",
-  });
 }
 
 async function ping(context: ivm.Context): Promise<boolean> {

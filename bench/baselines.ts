@@ -1,0 +1,124 @@
+import { Queue } from "bullmq";
+import { Redis } from "ioredis";
+import { spawnNode } from "./child.js";
+import { type CpuShares, cpuMeter } from "./cpu.js";
+import { type ClosedLoopResult, hammer, smallEvent } from "./load.js";
+import type { Receiver } from "./receiver.js";
+
+const TSX = ["--import", "tsx"];
+
+/** (a) A bare Koa app in its own process, loaded exactly like the single-emit ingest. */
+export async function koaBaseline(opts: { durationS: number; warmupS: number; connections: number }): Promise<ClosedLoopResult & { cpu: CpuShares }> {
+  const child = spawnNode("koa-baseline", TSX, "bench/baseline-child.ts", ["koa"], {});
+  try {
+    const m = await child.waitForLine(/^READY (\d+)/, 30_000);
+    const url = `http://127.0.0.1:${m[1]}/v1/workflows/p_bench/events`;
+    const body = JSON.stringify({ event: smallEvent(1) });
+    const headers = { authorization: "Bearer not-checked-by-the-baseline" };
+    await hammer({ url, body, headers, durationS: opts.warmupS, connections: opts.connections });
+    const cpu = cpuMeter({ koa: child.pid, bench: process.pid });
+    const r = await hammer({ url, body, headers, durationS: opts.durationS, connections: opts.connections });
+    return { ...r, cpu: cpu() };
+  } finally {
+    await child.stop();
+  }
+}
+
+export interface DrainResult {
+  readonly delivered: number;
+  readonly expected: number;
+  readonly perSec: number;
+  readonly spanMs: number;
+  readonly duplicates: number;
+  readonly complete: boolean;
+  readonly cpu?: CpuShares;
+}
+
+/** Deliveries per second between the first and the last arrival at the receiver. */
+export function drainResult(receiver: Receiver, expected: number, complete: boolean, cpu?: CpuShares): DrainResult {
+  const w = receiver.window();
+  const delivered = receiver.count();
+  const spanMs = w ? w.last - w.first : 0;
+  return {
+    delivered,
+    expected,
+    spanMs,
+    perSec: spanMs > 0 ? ((delivered - 1) * 1000) / spanMs : Number.NaN,
+    duplicates: receiver.duplicates(),
+    complete,
+    ...(cpu ? { cpu } : {}),
+  };
+}
+
+/**
+ * (b) A plain BullMQ Queue + Worker (in its own process) posting each job's payload with undici:
+ * the backlog is added first, then the worker starts and drains it.
+ */
+export async function bullmqBaseline(opts: {
+  redisUrl: string;
+  redisPid: number | undefined;
+  receiver: Receiver;
+  backlog: number;
+  concurrency: number;
+  seqBase: number;
+  deadlineMs: number;
+}): Promise<DrainResult> {
+  const prefix = "benchbase:{bull}";
+  const name = "delivery";
+  const connection = new Redis(opts.redisUrl, { maxRetriesPerRequest: null });
+  const queue = new Queue(name, { connection, prefix });
+  try {
+    // Same job shape and options as Tributary's delivery jobs, so Redis does comparable work.
+    const jobOpts = {
+      attempts: 3,
+      backoff: { type: "fixed", delay: 1000 },
+      removeOnComplete: { age: 600, count: 50_000 },
+      removeOnFail: { age: 3600, count: 50_000 },
+    };
+    for (let i = 0; i < opts.backlog; i += 1000) {
+      const jobs = [];
+      for (let k = i; k < Math.min(opts.backlog, i + 1000); k++) {
+        const seq = opts.seqBase + k;
+        jobs.push({
+          name: "webhook",
+          data: {
+            userId: "u_bench",
+            deliveryId: `d_base${seq}`,
+            listenerKind: "webhook",
+            listenerId: "wh_bench",
+            emitterId: "p_bench",
+            channel: "",
+            eventId: `0-${seq}`,
+            payload: JSON.stringify(smallEvent(seq)),
+            acceptedAtMs: Date.now(),
+          },
+          opts: { jobId: `d_base${seq}`, ...jobOpts },
+        });
+      }
+      await queue.addBulk(jobs);
+    }
+    opts.receiver.reset();
+    const child = spawnNode("bullmq-baseline", TSX, "bench/baseline-child.ts", ["bullmq"], {
+      REDIS_URL: opts.redisUrl,
+      QUEUE: name,
+      PREFIX: prefix,
+      CONCURRENCY: String(opts.concurrency),
+      TARGET_URL: opts.receiver.url,
+    });
+    try {
+      await child.waitForLine(/^READY/, 30_000);
+      const cpu = cpuMeter({ worker: child.pid, redis: opts.redisPid, bench: process.pid });
+      const complete = await opts.receiver.waitFor(opts.backlog, opts.deadlineMs);
+      const shares = cpu();
+      const gone = child.exited();
+      if (gone) throw new Error(`bullmq baseline worker crashed (${JSON.stringify(gone)}):\n${child.tail()}`);
+      return drainResult(opts.receiver, opts.backlog, complete, shares);
+    } finally {
+      await child.stop();
+    }
+  } finally {
+    await queue.obliterate({ force: true }).catch(() => {});
+    await queue.close();
+    connection.disconnect();
+  }
+}

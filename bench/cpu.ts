@@ -1,0 +1,48 @@
+import { readFileSync } from "node:fs";
+
+/** CPU time of a process in ms (user + system), from /proc; undefined when it is gone. */
+function cpuMsOf(pid: number): number | undefined {
+  if (pid === process.pid) {
+    const u = process.cpuUsage();
+    return (u.user + u.system) / 1000;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+    const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const ticks = Number(rest[11]) + Number(rest[12]);
+    return (ticks * 1000) / 100; // USER_HZ is 100 on Linux
+  } catch {
+    return undefined;
+  }
+}
+
+/** CPU use per process over an interval, in % of one core. */
+export type CpuShares = Record<string, number>;
+
+/** Starts measuring; the returned function reports each process's share since the start. */
+export function cpuMeter(pids: Record<string, number | undefined>): () => CpuShares {
+  const start = performance.now();
+  const before = new Map<string, number>();
+  for (const [name, pid] of Object.entries(pids)) {
+    const v = pid === undefined ? undefined : cpuMsOf(pid);
+    if (v !== undefined) before.set(name, v);
+  }
+  return () => {
+    const wall = performance.now() - start;
+    const out: CpuShares = {};
+    for (const [name, pid] of Object.entries(pids)) {
+      const b = before.get(name);
+      const a = pid === undefined ? undefined : cpuMsOf(pid);
+      if (a !== undefined && b !== undefined && wall > 0) out[name] = (100 * (a - b)) / wall;
+    }
+    return out;
+  };
+}
+
+export function formatCpu(s: CpuShares | undefined): string {
+  if (!s) return "—";
+  return Object.entries(s)
+    .map(([k, v]) => `${k} ${Math.round(v)}`)
+    .join(" · ");
+}

@@ -1,0 +1,85 @@
+import { freePort } from "../src/redis/embedded.js";
+import { type NodeChild, spawnNode } from "./child.js";
+import { sleep } from "./stats.js";
+
+/** A Tributary daemon running as its own `node` process (its event loop is not the load generator's). */
+export interface DaemonProcess {
+  readonly url: string;
+  readonly child: NodeChild;
+  stop(): Promise<void>;
+}
+
+export interface DaemonProcessOptions {
+  readonly redisUrl: string;
+  readonly adminToken: string;
+  /** ROLES; default every role. */
+  readonly roles?: string;
+  readonly env?: Record<string, string>;
+}
+
+/** Starts `node --no-node-snapshot --import tsx src/main.ts` and waits for /readyz. */
+export async function startDaemonProcess(opts: DaemonProcessOptions, name = "daemon"): Promise<DaemonProcess> {
+  const port = await freePort();
+  const child = spawnNode(name, ["--no-node-snapshot", "--import", "tsx"], "src/main.ts", [], {
+    PORT: String(port),
+    HOST: "127.0.0.1",
+    PUBLIC_URL: `http://127.0.0.1:${port}`,
+    REDIS_URL: opts.redisUrl,
+    ADMIN_TOKEN: opts.adminToken,
+    ALLOW_PRIVATE_DESTINATIONS: "true",
+    LOG_LEVEL: "warn",
+    DELIVERY_RETRY_SCHEDULE: "1s,2s",
+    SHUTDOWN_TIMEOUT_MS: "5000",
+    ROLES: opts.roles ?? "api,worker,scheduler",
+    ...opts.env,
+  });
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const gone = child.exited();
+    if (gone) throw new Error(`${name} exited during start-up (${JSON.stringify(gone)}):\n${child.tail()}`);
+    const ok = await fetch(`${url}/readyz`)
+      .then(async (r) => {
+        await r.arrayBuffer();
+        return r.status === 200;
+      })
+      .catch(() => false);
+    if (ok) break;
+    if (Date.now() > deadline) {
+      await child.stop(2000);
+      throw new Error(`${name} not ready within 60 s:\n${child.tail()}`);
+    }
+    await sleep(200);
+  }
+  return { url, child, stop: () => child.stop() };
+}
+
+/** Minimal JSON client for setup calls (admin API, webhooks, subscriptions). */
+export async function api(
+  base: string,
+  token: string,
+  method: string,
+  path: string,
+  json?: unknown,
+): Promise<{ status: number; body: unknown }> {
+  const res = await fetch(base + path, {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(json === undefined ? {} : { "content-type": "application/json" }) },
+    body: json === undefined ? undefined : JSON.stringify(json),
+  });
+  const text = await res.text();
+  let body: unknown;
+  try {
+    body = text ? JSON.parse(text) : undefined;
+  } catch {
+    body = text;
+  }
+  return { status: res.status, body };
+}
+
+/** Calls `api` and throws unless the status is `expect`; returns `body.data`. */
+export async function apiData<T>(base: string, token: string, method: string, path: string, json: unknown, expect: number): Promise<T> {
+  const r = await api(base, token, method, path, json);
+  if (r.status !== expect) throw new Error(`${method} ${path}: expected ${expect}, got ${r.status} ${JSON.stringify(r.body)}`);
+  return (r.body as { data: T }).data;
+}

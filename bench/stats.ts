@@ -1,0 +1,36 @@
+/** Small statistics helpers for the bench: nearest-rank percentiles over raw samples. */
+
+export interface Summary {
+  readonly count: number;
+  readonly mean: number;
+  readonly p50: number;
+  readonly p99: number;
+  readonly max: number;
+}
+
+/** Nearest-rank percentile of an ascending array; NaN when empty. */
+export function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const rank = Math.ceil((p / 100) * sorted.length);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))] as number;
+}
+
+export function summarize(values: readonly number[]): Summary {
+  const sorted = [...values].sort((a, b) => a - b);
+  const sum = sorted.reduce((a, b) => a + b, 0);
+  return {
+    count: sorted.length,
+    mean: sorted.length ? sum / sorted.length : Number.NaN,
+    p50: percentile(sorted, 50),
+    p99: percentile(sorted, 99),
+    max: sorted.length ? (sorted[sorted.length - 1] as number) : Number.NaN,
+  };
+}
+
+/** Fixed-point number with thousands separators; "n/a" for NaN. */
+export function fmt(n: number, digits = 0): string {
+  if (!Number.isFinite(n)) return "n/a";
+  return n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));

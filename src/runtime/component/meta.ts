@@ -1,0 +1,116 @@
+import { ValidationError } from "../../domain/errors.js";
+import { normalizeProps, type PropDefinition } from "../../domain/props.js";
+import { Sandbox } from "../sandbox/sandbox.js";
+import { compileComponent } from "./compile.js";
+
+/**
+ * Reads a component's metadata by evaluating its code in the sandbox, never in the daemon's realm
+ * (SPEC §2 "Components"). Code that does not load into a component object is a ValidationError
+ * (400) with the reason.
+ */
+
+export type Dedupe = "unique" | "greatest" | "last";
+
+export interface ComponentMeta {
+  key: string | null;
+  /** Falls back to `key` when the component has no name. */
+  name: string;
+  /** "0.0.1" when the component declares none (Pipedream's own starting version). */
+  version: string;
+  description: string | null;
+  dedupe: Dedupe | null;
+  props: PropDefinition[];
+  /** Hooks present among deploy, activate, deactivate. */
+  hooks: string[];
+  hasRun: boolean;
+}
+
+export const DEFAULT_VERSION = "0.0.1";
+/** Loading a component is module top-level code only; a second is plenty. */
+export const DEFAULT_META_TIMEOUT_MS = 1000;
+
+export interface MetaLimits {
+  /** Memory limit of the isolate the code is loaded in (SANDBOX_MEMORY_MB). */
+  memoryMb: number;
+  timeoutMs?: number;
+  /** A sandbox to borrow isolates from; by default one shared sandbox per memory limit. */
+  sandbox?: Sandbox;
+}
+
+export interface LoadOptions extends MetaLimits {
+  allowedPackages: readonly string[];
+  /** See CompileOptions.resolveDir. */
+  resolveDir?: string;
+}
+
+export interface LoadedComponent {
+  meta: ComponentMeta;
+  /** What Sandbox.run takes; deterministic for a given code and allowlist, so it may be cached. */
+  compiledCode: string;
+}
+
+/** Compiles component source and reads its metadata; the compiled code is kept for runs. */
+export async function loadComponent(code: string, opts: LoadOptions): Promise<LoadedComponent> {
+  if (typeof code !== "string" || code.trim() === "") throw new ValidationError("component code is empty");
+  const compiledCode = await compileComponent(code, { allowedPackages: opts.allowedPackages, resolveDir: opts.resolveDir });
+  return { meta: await readComponentMeta(compiledCode, opts), compiledCode };
+}
+
+/** Reads the metadata of compiled code (compileComponent's output) in a fresh sandbox context. */
+export async function readComponentMeta(compiledCode: string, limits: MetaLimits): Promise<ComponentMeta> {
+  const sandbox = limits.sandbox ?? sharedSandbox(limits.memoryMb);
+  const result = await sandbox.inspect(compiledCode, limits.timeoutMs ?? DEFAULT_META_TIMEOUT_MS);
+  if (!result.ok) throw new ValidationError(`invalid component: ${result.reason}`);
+  return toMeta(result.component);
+}
+
+/** Checks the guest's description (plain data, see guest-component.ts) field by field. */
+export function toMeta(raw: unknown): ComponentMeta {
+  const c = (typeof raw === "object" && raw !== null ? raw : {}) as Record<string, unknown>;
+  const key = optionalString(c.key, "key");
+  const name = optionalString(c.name, "name") ?? key;
+  if (name === null) throw new ValidationError("invalid component: it needs a name (or a key)");
+  const version = typeof c.version === "number" ? String(c.version) : (optionalString(c.version, "version") ?? DEFAULT_VERSION);
+  const dedupe = c.dedupe ?? null;
+  if (dedupe !== null && dedupe !== "unique" && dedupe !== "greatest" && dedupe !== "last") {
+    throw new ValidationError("invalid component: dedupe must be one of unique, greatest, last");
+  }
+  const hooks = Array.isArray(c.hooks) ? c.hooks.filter((h): h is string => typeof h === "string") : [];
+  return {
+    key,
+    name,
+    version,
+    description: optionalString(c.description, "description"),
+    dedupe,
+    props: normalizeProps(c.props),
+    hooks,
+    hasRun: c.hasRun === true,
+  };
+}
+
+function optionalString(value: unknown, field: string): string | null {
+  if (value === undefined || value === null || value === "") return null;
+  if (typeof value !== "string") throw new ValidationError(`invalid component: ${field} must be a string`);
+  return value;
+}
+
+/**
+ * One sandbox per memory limit, created on first use (never at import) and kept for the life of
+ * the process, so reading metadata reuses warm isolates. `closeSharedSandboxes` is for shutdown.
+ */
+const shared = new Map<number, Sandbox>();
+
+function sharedSandbox(memoryMb: number): Sandbox {
+  let sandbox = shared.get(memoryMb);
+  if (!sandbox) {
+    // The run time limit does not apply to inspect(), which takes its own; any value will do.
+    sandbox = new Sandbox({ memoryMb, timeoutMs: DEFAULT_META_TIMEOUT_MS }, { maxIdleIsolates: 2 });
+    shared.set(memoryMb, sandbox);
+  }
+  return sandbox;
+}
+
+export function closeSharedSandboxes(): void {
+  for (const sandbox of shared.values()) sandbox.close();
+  shared.clear();
+}

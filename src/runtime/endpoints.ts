@@ -1,0 +1,122 @@
+import type { Queue } from "bullmq";
+import type { Context, Middleware, Next } from "koa";
+import { NotFoundError, TooManyRequestsError } from "../domain/errors.js";
+import { SOURCE_RUN_JOB_OPTS } from "../events/fanout.js";
+import type { Logger } from "../observability/logger.js";
+import type { SourceRunJob } from "../queue/catalog.js";
+import type { ComponentService } from "../services/components.js";
+import type { Keys } from "../store/keys.js";
+import type { SourceStore } from "../store/sources.js";
+import { type HttpEvent, lowerCaseHeaders, parseBody, readBody } from "./http-request.js";
+import type { Quotas } from "./quotas.js";
+import type { RateLimiter } from "./rate-limit.js";
+import type { SourceRunner } from "./runner.js";
+import type { HttpResponse } from "./sandbox/types.js";
+
+export interface EndpointDeps {
+  sources: SourceStore;
+  components: ComponentService;
+  runner: SourceRunner;
+  quotas: Quotas;
+  limiter: RateLimiter;
+  keys: Keys;
+  queue: Queue;
+  bodyLimitBytes: number;
+  logger: Logger;
+  now: () => number;
+}
+
+const PATH = /^\/e\/([A-Za-z0-9]{8,64})(\/.*)?$/;
+
+function buildEvent(ctx: Context, subPath: string | undefined, raw: Buffer): HttpEvent {
+  const bodyRaw = raw.toString("utf8");
+  return {
+    method: ctx.method,
+    path: subPath && subPath !== "" ? subPath : "/",
+    query: { ...ctx.query },
+    headers: lowerCaseHeaders(ctx.req.headers),
+    bodyRaw,
+    body: parseBody(bodyRaw, ctx.get("content-type")),
+  };
+}
+
+function sendCustom(ctx: Context, r: HttpResponse): void {
+  ctx.status = Number.isInteger(r.status) && r.status >= 100 && r.status <= 599 ? r.status : 200;
+  for (const [k, v] of Object.entries(r.headers)) {
+    try {
+      ctx.set(k, v);
+    } catch {
+      // An invalid header name or value from user code is dropped, not a 500.
+    }
+  }
+  ctx.body = r.body;
+}
+
+/**
+ * HTTP source endpoints (`PUBLIC_URL/e/<token>` and any sub-path, any method). Without a custom
+ * response the request is made durable as a source-run job and answered 200 at once; with one,
+ * the run happens here and its first `this.http.respond()` is the answer.
+ */
+export function sourceEndpoints(d: EndpointDeps): Middleware {
+  return async function endpoint(ctx: Context, next: Next): Promise<void> {
+    const m = PATH.exec(ctx.path);
+    if (!m) {
+      if (ctx.path === "/e" || ctx.path.startsWith("/e/")) throw new NotFoundError("no such endpoint", "endpoint_not_found");
+      return next();
+    }
+    ctx.state.routeLabel = "/e/:token";
+    const [, token, subPath] = m;
+    const target = await d.sources.endpoint(token as string);
+    const source = target ? await d.sources.get(target.userId, target.sourceId) : undefined;
+    if (!source || !source.active || source.endpoint_token !== token) throw new NotFoundError("no such endpoint", "endpoint_not_found");
+
+    const wait = await d.limiter.take(d.keys.sourceRate(source.user_id, source.id));
+    if (wait > 0) throw new TooManyRequestsError("this endpoint is receiving too many requests", wait / 1000);
+    const quota = await d.quotas.check(source.user_id);
+    if (!quota.ok) throw new TooManyRequestsError(quota.reason, quota.retryAfterSeconds, "quota_exceeded");
+
+    const event = buildEvent(ctx, subPath, await readBody(ctx.req, d.bodyLimitBytes));
+    const component = await d.components.require(source.user_id, source.component_id);
+    const httpProp = component.configurable_props.find((p) => p.name === source.http_prop);
+    if (!httpProp?.customResponse) {
+      const job: SourceRunJob = {
+        kind: "http",
+        userId: source.user_id,
+        sourceId: source.id,
+        request: { method: event.method, path: event.path, query: event.query, headers: event.headers, bodyRaw: event.bodyRaw },
+        acceptedAtMs: d.now(),
+      };
+      await d.queue.add("http", job, SOURCE_RUN_JOB_OPTS);
+      ctx.status = 200;
+      ctx.body = { success: true };
+      return;
+    }
+    await respondInline(ctx, d, source.user_id, source.id, event);
+  };
+}
+
+/** Runs the source now and answers with its first respond(); a run that never responds gets a clear error. */
+async function respondInline(ctx: Context, d: EndpointDeps, userId: string, sourceId: string, event: HttpEvent): Promise<void> {
+  let answered: (r: HttpResponse) => void = () => {};
+  const response = new Promise<HttpResponse>((resolve) => {
+    answered = resolve;
+  });
+  const run = d.runner.run({ userId, sourceId, trigger: "http", event, onRespond: (r) => answered(r) });
+  const first = await Promise.race([response.then((r) => ({ r })), run.then((o) => ({ o }))]);
+  if ("r" in first) {
+    sendCustom(ctx, first.r);
+    // The run goes on after responding; its emits are recorded when it ends.
+    run.catch((err) => d.logger.error({ err, sourceId }, "source run failed after responding"));
+    return;
+  }
+  const outcome = first.o;
+  if (outcome.status === "skipped") {
+    if (outcome.reason === "quota") throw new TooManyRequestsError(outcome.detail, outcome.retryAfterSeconds ?? 60, "quota_exceeded");
+    throw new NotFoundError("no such endpoint", "endpoint_not_found");
+  }
+  const error = outcome.result.error;
+  ctx.status = error?.code === "TIMEOUT" ? 504 : 502;
+  ctx.body = error
+    ? { error: `the source's run failed before responding: ${error.code}: ${error.msg.slice(0, 300)}`, code: "source_run_failed" }
+    : { error: "the source finished without calling this.http.respond()", code: "no_response" };
+}

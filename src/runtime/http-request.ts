@@ -1,0 +1,55 @@
+import type { IncomingMessage } from "node:http";
+import { PayloadTooLargeError } from "../domain/errors.js";
+
+/** The event an HTTP source's run() receives (SPEC §5). */
+export interface HttpEvent {
+  method: string;
+  path: string;
+  query: Record<string, unknown>;
+  headers: Record<string, string>;
+  bodyRaw: string;
+  body: unknown;
+}
+
+/** Reads the whole body up to `limit` bytes; more is a 413 (the rest is not buffered). */
+export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(req.headers["content-length"] ?? 0);
+  if (declared > limit) throw new PayloadTooLargeError();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    const buf = chunk as Buffer;
+    size += buf.length;
+    if (size > limit) throw new PayloadTooLargeError();
+    chunks.push(buf);
+  }
+  return Buffer.concat(chunks);
+}
+
+/** JSON when it parses (whatever the content type claims), a form when it is one, else the raw text. */
+export function parseBody(raw: string, contentType: string): unknown {
+  if (raw === "") return raw;
+  const type = contentType.split(";")[0]?.trim().toLowerCase() ?? "";
+  if (type === "application/x-www-form-urlencoded") {
+    const form: Record<string, string | string[]> = {};
+    for (const [k, v] of new URLSearchParams(raw)) {
+      const prev = form[k];
+      form[k] = prev === undefined ? v : Array.isArray(prev) ? [...prev, v] : [prev, v];
+    }
+    return form;
+  }
+  if (type === "" || type.includes("json") || type.startsWith("text/")) {
+    try {
+      return JSON.parse(raw);
+    } catch {
+      return raw;
+    }
+  }
+  return raw;
+}
+
+export function lowerCaseHeaders(headers: IncomingMessage["headers"]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(headers)) if (v !== undefined) out[k.toLowerCase()] = Array.isArray(v) ? v.join(", ") : v;
+  return out;
+}

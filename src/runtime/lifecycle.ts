@@ -1,0 +1,81 @@
+import { ValidationError } from "../domain/errors.js";
+import type { Logger } from "../observability/logger.js";
+import type { ComponentService } from "../services/components.js";
+import type { SourceLifecycle } from "../services/sources.js";
+import type { ComponentRecord } from "../store/components.js";
+import type { SourceRecord } from "../store/sources.js";
+import type { SourceRunner } from "./runner.js";
+import type { RunMethod, RunResult } from "./sandbox/types.js";
+import type { TimerControl } from "./timers.js";
+
+interface Prepared {
+  component: ComponentRecord;
+  results: RunResult[];
+}
+
+/**
+ * Lifecycle hooks (SPEC §5): deploy + activate on create, deactivate + activate on update,
+ * deactivate on delete. Hooks run before anything is saved, so a failing hook fails the request
+ * cleanly; what they emitted and stored is recorded once the source is committed. A failing
+ * deactivate on delete is logged and the deletion goes on (otherwise a broken hook would make a
+ * source undeletable).
+ */
+export class RuntimeLifecycle implements SourceLifecycle {
+  private readonly prepared = new Map<string, Prepared>();
+
+  constructor(
+    private readonly runner: SourceRunner,
+    private readonly components: ComponentService,
+    private readonly timers: TimerControl,
+    private readonly logger: Logger,
+  ) {}
+
+  private async runHooks(source: SourceRecord, component: ComponentRecord, methods: RunMethod[]): Promise<RunResult[]> {
+    const results: RunResult[] = [];
+    let db: Record<string, unknown> | undefined;
+    for (const method of methods) {
+      if (!component.hooks.includes(method)) continue;
+      const result = await this.runner.execute(source, component, method, undefined, undefined, db);
+      if (result.error) throw new ValidationError(`the component's ${method} hook failed: ${result.error.code}: ${result.error.msg.slice(0, 500)}`, "hook_failed");
+      db = result.db;
+      results.push(result);
+    }
+    return results;
+  }
+
+  async prepare(event: "create" | "update", next: SourceRecord, component: ComponentRecord, prev?: SourceRecord): Promise<void> {
+    const results: RunResult[] = [];
+    if (event === "update" && prev?.active) {
+      const prevComponent = prev.component_id === component.id ? component : await this.components.require(prev.user_id, prev.component_id).catch(() => undefined);
+      if (prevComponent) results.push(...(await this.runHooks(prev, prevComponent, ["deactivate"])));
+    }
+    const methods: RunMethod[] = event === "create" ? ["deploy"] : [];
+    if (next.active) methods.push("activate");
+    results.push(...(await this.runHooks(next, component, methods)));
+    this.prepared.set(next.id, { component, results });
+  }
+
+  async committed(_event: "create" | "update", next: SourceRecord): Promise<void> {
+    const p = this.prepared.get(next.id);
+    this.prepared.delete(next.id);
+    if (p) for (const r of p.results) await this.runner.apply(next, p.component, r, null, 0);
+    await this.timers.request(next.user_id, next.id);
+  }
+
+  async removing(source: SourceRecord): Promise<void> {
+    if (!source.active) return;
+    try {
+      const component = await this.components.require(source.user_id, source.component_id);
+      if (component.hooks.includes("deactivate")) {
+        const r = await this.runner.execute(source, component, "deactivate");
+        if (r.error) this.logger.warn({ sourceId: source.id, error: r.error.msg }, "deactivate hook failed; deleting anyway");
+      }
+    } catch (err) {
+      this.logger.warn({ err, sourceId: source.id }, "deactivate hook could not run; deleting anyway");
+    }
+  }
+
+  async removed(source: SourceRecord): Promise<void> {
+    await this.timers.request(source.user_id, source.id);
+  }
+}

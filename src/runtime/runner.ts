@@ -1,0 +1,135 @@
+import type { Redis } from "ioredis";
+import { applyDedupe, type DedupeState } from "../domain/dedupe.js";
+import { newId, type RandomBytes } from "../domain/ids.js";
+import type { EmitInput, Ingest } from "../events/ingest.js";
+import type { Logger } from "../observability/logger.js";
+import type { Metrics } from "../observability/metrics.js";
+import type { ComponentService } from "../services/components.js";
+import type { ComponentRecord } from "../store/components.js";
+import { parseStored } from "../store/context.js";
+import type { Keys } from "../store/keys.js";
+import type { SourceRecord, SourceStore } from "../store/sources.js";
+import type { Quotas } from "./quotas.js";
+import type { Sandbox } from "./sandbox/sandbox.js";
+import type { HttpResponse, RunMethod, RunResult } from "./sandbox/types.js";
+
+export type Trigger = "http" | "timer" | "event" | "hook";
+
+/** Source-to-source deliveries allowed in one chain (SPEC §5). */
+export const MAX_HOPS = 16;
+
+export interface RunSpec {
+  userId: string;
+  sourceId: string;
+  trigger: Exclude<Trigger, "hook">;
+  event: unknown;
+  /** Source-to-source deliveries so far in this chain. */
+  hops?: number;
+  onRespond?: (r: HttpResponse) => void;
+}
+
+export type RunOutcome =
+  | { status: "ok" | "error"; result: RunResult }
+  | { status: "skipped"; reason: "missing" | "inactive" | "quota" | "hops"; detail: string; retryAfterSeconds?: number };
+
+export interface RunnerDeps {
+  redis: Redis;
+  keys: Keys;
+  sandbox: Sandbox;
+  sources: SourceStore;
+  components: ComponentService;
+  ingest: Ingest;
+  quotas: Quotas;
+  metrics: Metrics;
+  logger: Logger;
+  now: () => number;
+  randomBytes: RandomBytes;
+}
+
+/**
+ * Runs a source's code in the sandbox and turns what it did into events: emits (after dedupe) on
+ * their channels, console output on $logs, a thrown error or a time-out on $errors; then saves
+ * its db state and counts the run against the user's quota.
+ */
+export class SourceRunner {
+  constructor(private readonly d: RunnerDeps) {}
+
+  async run(spec: RunSpec): Promise<RunOutcome> {
+    const { d } = this;
+    const source = await d.sources.get(spec.userId, spec.sourceId);
+    if (!source) return { status: "skipped", reason: "missing", detail: "source was deleted" };
+    if (!source.active) return { status: "skipped", reason: "inactive", detail: "source is inactive" };
+    const hops = spec.hops ?? 0;
+    if (hops > MAX_HOPS) {
+      const detail = `a chain of source-to-source deliveries stopped after ${MAX_HOPS} hops`;
+      await this.recordError(source, { code: "MAX_HOPS", msg: detail, stack: "", ts: new Date(d.now()).toISOString() }, spec.event, hops);
+      d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome: "skipped_hops" });
+      return { status: "skipped", reason: "hops", detail };
+    }
+    const quota = await d.quotas.check(spec.userId);
+    if (!quota.ok) {
+      await this.recordError(source, { code: "QUOTA_EXCEEDED", msg: quota.reason, stack: "", ts: new Date(d.now()).toISOString() }, spec.event, hops);
+      d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome: "skipped_quota" });
+      return { status: "skipped", reason: "quota", detail: quota.reason, retryAfterSeconds: quota.retryAfterSeconds };
+    }
+    const component = await d.components.require(spec.userId, source.component_id);
+    const result = await this.execute(source, component, "run", spec.event, spec.onRespond);
+    await d.quotas.record(spec.userId, quota.plan, result.durationMs);
+    await this.apply(source, component, result, spec.event, hops);
+    const outcome = result.error ? (result.error.code === "TIMEOUT" ? "timeout" : "error") : "ok";
+    d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome });
+    d.metrics.sandboxRunDuration.observe({ trigger: spec.trigger }, result.durationMs / 1000);
+    return { status: result.error ? "error" : "ok", result };
+  }
+
+  /** Runs one method of a component for a source, with the source's stored db state. */
+  async execute(
+    source: SourceRecord,
+    component: ComponentRecord,
+    method: RunMethod,
+    event?: unknown,
+    onRespond?: (r: HttpResponse) => void,
+    dbState?: Record<string, unknown>,
+  ): Promise<RunResult> {
+    const compiledCode = await this.d.components.compiled(source.user_id, component);
+    const db = dbState ?? parseStored<Record<string, unknown>>(await this.d.redis.get(this.d.keys.sourceDb(source.user_id, source.id))) ?? {};
+    return this.d.sandbox.run({ compiledCode, sourceId: source.id, method, props: source.configured_props, db, event, onRespond });
+  }
+
+  /** Records what a run or hook did and saves its db state. */
+  async apply(source: SourceRecord, component: ComponentRecord, result: RunResult, originalEvent: unknown, hops: number): Promise<void> {
+    const { d } = this;
+    const userId = source.user_id;
+    if (result.dbChanged) await d.redis.set(d.keys.sourceDb(userId, source.id), JSON.stringify(result.db));
+    let kept = result.emits;
+    if (component.dedupe && kept.length > 0) {
+      const key = d.keys.sourceDedupe(userId, source.id);
+      const state = parseStored<DedupeState>(await d.redis.get(key)) ?? {};
+      const deduped = applyDedupe(component.dedupe, kept, state);
+      kept = deduped.kept;
+      await d.redis.set(key, JSON.stringify(deduped.state));
+    }
+    const records: EmitInput[] = kept.map((e) => ({
+      event: e.event,
+      name: e.meta.name === "default" ? "" : (e.meta.name ?? ""),
+      meta: {
+        ...(e.meta.id !== undefined ? { id: e.meta.id } : {}),
+        ...(e.meta.summary !== undefined ? { summary: e.meta.summary } : {}),
+        ...(e.meta.ts !== undefined ? { ts: e.meta.ts } : {}),
+      },
+    }));
+    for (const log of result.logs) records.push({ event: { ts: log.ts, k: log.k, msg: log.msg }, name: "$logs", meta: {} });
+    if (records.length > 0) await d.ingest.recordFor(userId, source.id, "source", records, hops);
+    if (result.error) await this.recordError(source, result.error, originalEvent, hops);
+  }
+
+  /** An $errors record in the documented shape. */
+  async recordError(source: SourceRecord, error: { code: string; msg: string; stack: string; ts: string }, originalEvent: unknown, hops: number): Promise<void> {
+    const event = {
+      error,
+      original_event: originalEvent ?? null,
+      original_context: { id: newId("emit_", this.d.randomBytes), ts: new Date(this.d.now()).toISOString(), emitter_id: source.id },
+    };
+    await this.d.ingest.recordFor(source.user_id, source.id, "source", [{ event, name: "$errors", meta: {} }], hops);
+  }
+}

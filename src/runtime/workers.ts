@@ -1,0 +1,68 @@
+import { type ConnectionOptions, type Job, Worker } from "bullmq";
+import type { Logger } from "../observability/logger.js";
+import type { Metrics } from "../observability/metrics.js";
+import { QUEUES, sourceRunJob, timerJob } from "../queue/catalog.js";
+import { parseBody } from "./http-request.js";
+import type { SourceRunner } from "./runner.js";
+
+function parsePayload(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * The worker side of the runtime: source runs queued by HTTP endpoints and fan-out, and timer
+ * ticks produced by the job schedulers. A run's failure is recorded on $errors by the runner, so
+ * jobs only fail for infrastructure errors (Redis down), which BullMQ then keeps for inspection.
+ */
+export class RuntimeWorkers {
+  private readonly runs: Worker;
+  private readonly ticks: Worker;
+
+  constructor(d: { connection: ConnectionOptions; prefix: string; concurrency: number; runner: SourceRunner; logger: Logger; metrics: Metrics; now: () => number }) {
+    this.runs = new Worker(
+      QUEUES.sourceRun,
+      async (job: Job) => {
+        const data = sourceRunJob.parse(job.data);
+        if (data.kind === "http") {
+          const r = data.request;
+          const event = { ...r, body: parseBody(r.bodyRaw, r.headers["content-type"] ?? "") };
+          await d.runner.run({ userId: data.userId, sourceId: data.sourceId, trigger: "http", event });
+        } else if (data.kind === "event") {
+          await d.runner.run({ userId: data.userId, sourceId: data.sourceId, trigger: "event", event: parsePayload(data.payload), hops: data.hops });
+        } else {
+          await d.runner.run({ userId: data.userId, sourceId: data.sourceId, trigger: "timer", event: { timestamp: Math.floor(d.now() / 1000), interval_seconds: null } });
+        }
+      },
+      { connection: d.connection, prefix: d.prefix, concurrency: d.concurrency, autorun: false },
+    );
+    this.ticks = new Worker(
+      QUEUES.timers,
+      async (job: Job) => {
+        const data = timerJob.parse(job.data);
+        const scheduledAt = job.timestamp + (job.opts.delay ?? 0);
+        d.metrics.timerLag.observe(Math.max(0, d.now() - scheduledAt) / 1000);
+        await d.runner.run({
+          userId: data.userId,
+          sourceId: data.sourceId,
+          trigger: "timer",
+          event: { timestamp: Math.floor(d.now() / 1000), interval_seconds: data.intervalSeconds ?? null },
+        });
+      },
+      { connection: d.connection, prefix: d.prefix, concurrency: d.concurrency, autorun: false },
+    );
+    for (const w of [this.runs, this.ticks]) w.on("error", (err) => d.logger.error({ err }, "runtime worker error"));
+  }
+
+  start(): void {
+    void this.runs.run();
+    void this.ticks.run();
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.runs.close(), this.ticks.close()]);
+  }
+}
