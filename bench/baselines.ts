@@ -8,7 +8,11 @@ import type { Receiver } from "./receiver.js";
 const TSX = ["--import", "tsx"];
 
 /** (a) A bare Koa app in its own process, loaded exactly like the single-emit ingest. */
-export async function koaBaseline(opts: { durationS: number; warmupS: number; connections: number }): Promise<ClosedLoopResult & { cpu: CpuShares }> {
+export async function koaBaseline(opts: {
+  durationS: number;
+  warmupS: number;
+  connections: number;
+}): Promise<ClosedLoopResult & { cpu: CpuShares }> {
   const child = spawnNode("koa-baseline", TSX, "bench/baseline-child.ts", ["koa"], {});
   try {
     const m = await child.waitForLine(/^READY (\d+)/, 30_000);

@@ -20,7 +20,9 @@ export interface DaemonProcessOptions {
 /** Starts `node --no-node-snapshot --import tsx src/main.ts` and waits for /readyz. */
 export async function startDaemonProcess(opts: DaemonProcessOptions, name = "daemon"): Promise<DaemonProcess> {
   const port = await freePort();
-  const child = spawnNode(name, ["--no-node-snapshot", "--import", "tsx"], "src/main.ts", [], {
+  // BENCH_CPU_PROF=<dir> writes a V8 CPU profile of each daemon process there on exit.
+  const prof = process.env.BENCH_CPU_PROF ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_CPU_PROF] : [];
+  const child = spawnNode(name, ["--no-node-snapshot", ...prof, "--import", "tsx"], "src/main.ts", [], {
     PORT: String(port),
     HOST: "127.0.0.1",
     PUBLIC_URL: `http://127.0.0.1:${port}`,

@@ -2,9 +2,9 @@ import { GUEST_COMPONENT_SOURCE } from "./guest-component.js";
 import { GUEST_FORMAT_SOURCE } from "./guest-format.js";
 
 /**
- * Guest code run first in every fresh context, as the body of `context.evalClosure` with one
- * argument, `$0`: the host's synchronous `Callback` (host-bridge.ts), which arrives as a plain
- * function. It installs the globals component code may use (`console`, `fetch`, timers, `process`,
+ * Guest code run first in every fresh context, as the body of a function `($0) => dispatch`
+ * (compiled once per isolate, see IsolatePool.install) whose `$0` is the host's synchronous
+ * `Callback` (host-bridge.ts), which arrives as a plain function. It installs the globals component code may use (`console`, `fetch`, timers, `process`,
  * `btoa`/`atob`) and returns `dispatch(op, ...)`, which the host holds as a Reference:
  *
  * - `dispatch("load", factory)` evaluates the component module and describes it (metadata read);

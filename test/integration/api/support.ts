@@ -1,8 +1,11 @@
 import { randomBytes } from "node:crypto";
 import { createServer, type RequestListener, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import type { Redis } from "ioredis";
 import { expect } from "vitest";
-import type { Client, Reply } from "../../helpers/daemon.js";
+import { EventStore } from "../../../src/events/store.js";
+import { createKeys } from "../../../src/store/keys.js";
+import type { Client, Reply, TestDaemon } from "../../helpers/daemon.js";
 
 /**
  * Shared pieces of the management API tests: component fixtures, small creators that fail loudly,
@@ -145,6 +148,29 @@ export async function poll<T>(what: string, probe: () => Promise<T | undefined>,
     await new Promise((r) => setTimeout(r, delay));
     delay = Math.min(delay * 2, 100);
   }
+}
+
+/**
+ * Records events for a source through the product's own event store, as the source runtime does
+ * when a run calls `$emit` (sources have no ingress of their own in the management API).
+ */
+export async function seedSourceEvents(
+  td: TestDaemon,
+  redis: Redis,
+  userId: string,
+  sourceId: string,
+  payloads: readonly unknown[],
+  channel = "",
+): Promise<string[]> {
+  const store = new EventStore(redis, createKeys(td.prefix));
+  return store.record({
+    userId,
+    emitterId: sourceId,
+    emitterKind: "source",
+    channel,
+    events: payloads.map((p, i) => ({ payload: p, meta: { summary: `seed ${i}` }, emitId: `emit_seed${i}${randomBytes(4).toString("hex")}` })),
+    acceptedAtMs: Date.now(),
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

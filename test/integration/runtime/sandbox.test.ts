@@ -270,6 +270,25 @@ describe("Sandbox.run", () => {
     expect(r.error).toMatchObject({ msg: "late" });
   });
 
+  it("queues runs beyond maxIsolates without charging them the wait", async () => {
+    const one = new Sandbox({ memoryMb: 32, timeoutMs: 1000 }, { maxIsolates: 1 });
+    try {
+      const compiledCode = await compileComponent(
+        `module.exports = { name: "W", async run() { await new Promise((r) => setTimeout(r, 100)); } };`,
+        { allowedPackages },
+      );
+      const started = Date.now();
+      const results = await Promise.all([1, 2, 3].map(() => one.run({ compiledCode, sourceId: "s", method: "run", props: {}, db: {} })));
+      expect(Date.now() - started).toBeGreaterThanOrEqual(290);
+      for (const r of results) {
+        expect(r.error).toBeUndefined();
+        expect(r.durationMs).toBeLessThan(250);
+      }
+    } finally {
+      one.close();
+    }
+  });
+
   it("provides btoa and atob", async () => {
     const r = await run(`module.exports = { name: "B", async run() { this.$emit([btoa("user:pass"), atob("aGk="), btoa("a")]); } };`);
     expect(r.emits[0]?.event).toEqual(["dXNlcjpwYXNz", "hi", "YQ=="]);
