@@ -17,12 +17,26 @@ function cpuMsOf(pid: number): number | undefined {
   }
 }
 
-/** CPU use per process over an interval, in % of one core. */
+/** CPU time of the whole machine in ms (every core, busy states only). */
+function machineBusyMs(): number | undefined {
+  try {
+    const line = readFileSync("/proc/stat", "utf8").split("\n", 1)[0] ?? "";
+    const f = line.trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal ...
+    const busy = (f[0] ?? 0) + (f[1] ?? 0) + (f[2] ?? 0) + (f[5] ?? 0) + (f[6] ?? 0) + (f[7] ?? 0);
+    return (busy * 1000) / 100;
+  } catch {
+    return undefined;
+  }
+}
+
+/** CPU use per process over an interval, in % of one core; `other` is everything else on the machine. */
 export type CpuShares = Record<string, number>;
 
 /** Starts measuring; the returned function reports each process's share since the start. */
 export function cpuMeter(pids: Record<string, number | undefined>): () => CpuShares {
   const start = performance.now();
+  const machineBefore = machineBusyMs();
   const before = new Map<string, number>();
   for (const [name, pid] of Object.entries(pids)) {
     const v = pid === undefined ? undefined : cpuMsOf(pid);
@@ -35,6 +49,11 @@ export function cpuMeter(pids: Record<string, number | undefined>): () => CpuSha
       const b = before.get(name);
       const a = pid === undefined ? undefined : cpuMsOf(pid);
       if (a !== undefined && b !== undefined && wall > 0) out[name] = (100 * (a - b)) / wall;
+    }
+    const machineAfter = machineBusyMs();
+    if (machineBefore !== undefined && machineAfter !== undefined && wall > 0) {
+      const ours = Object.values(out).reduce((x, y) => x + y, 0);
+      out.other = Math.max(0, (100 * (machineAfter - machineBefore)) / wall - ours);
     }
     return out;
   };

@@ -1,5 +1,5 @@
 import { freePort } from "../src/redis/embedded.js";
-import { type NodeChild, spawnNode } from "./child.js";
+import { type NodeChild, ROOT, spawnNode } from "./child.js";
 import { sleep } from "./stats.js";
 
 /** A Tributary daemon running as its own `node` process (its event loop is not the load generator's). */
@@ -22,6 +22,8 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
   const port = await freePort();
   // BENCH_CPU_PROF=<dir> writes a V8 CPU profile of each daemon process there on exit.
   const prof = process.env.BENCH_CPU_PROF ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_CPU_PROF] : [];
+  // BENCH_DAEMON_ROOT=<dir> runs the daemon from another checkout (A/B-testing a change).
+  const root = process.env.BENCH_DAEMON_ROOT || ROOT;
   const child = spawnNode(name, ["--no-node-snapshot", ...prof, "--import", "tsx"], "src/main.ts", [], {
     PORT: String(port),
     HOST: "127.0.0.1",
@@ -34,7 +36,7 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
     SHUTDOWN_TIMEOUT_MS: "5000",
     ROLES: opts.roles ?? "api,worker,scheduler",
     ...opts.env,
-  });
+  }, root);
   const url = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 60_000;
   for (;;) {

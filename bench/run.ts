@@ -61,6 +61,23 @@ for (const sig of ["SIGINT", "SIGTERM"] as const) {
   });
 }
 
+/** BENCH_TRACE=1: once a second, where the drain's backlog sits (outbox, delivery queue, delivered). */
+const TRACE = process.env.BENCH_TRACE === "1";
+function trace(redis: Redis, keys: ReturnType<typeof createKeys>, receiver: { count(): number }): () => void {
+  const q = new Queue("delivery", { connection: redis, prefix: keys.bullPrefix });
+  const timer = setInterval(() => {
+    void (async () => {
+      const outbox = await redis.xlen(keys.outbox());
+      const c = await q.getJobCounts("wait", "active", "completed");
+      log(`  trace: outbox ${outbox} · queue wait ${c.wait} active ${c.active} completed ${c.completed} · delivered ${receiver.count()}`);
+    })().catch(() => {});
+  }, 1000);
+  return () => {
+    clearInterval(timer);
+    void q.close();
+  };
+}
+
 function ensureAlive(d: DaemonProcess): void {
   const gone = d.child.exited();
   if (gone) throw new Error(`daemon crashed (${JSON.stringify(gone)}):\n${d.child.tail()}`);
@@ -77,12 +94,50 @@ async function main(): Promise<Results> {
   cleanups.push(() => receiver.close());
   log(`redis ${redisServer.url}, receiver ${receiver.url}, phases ${[...PHASES].join(",")}`);
 
-  if (want("koa")) {
-    log(`bare Koa baseline: ${S.durationS}s, ${S.connections} connections`);
-    results.koa = await koaBaseline({ durationS: S.durationS, warmupS: S.warmupS, connections: S.connections });
-    log(`  ${fmt(results.koa.reqPerSec)} req/s`);
+
+  const tributary = want("drain") || want("single") || want("batch") || want("latency");
+  const adminToken = `bench-admin-${randomBytes(8).toString("hex")}`;
+  const keys = createKeys(KEY_PREFIX);
+  let daemon: DaemonProcess | undefined;
+  let key = "";
+
+  // ---- Tributary set-up. With the drain phase, an API-only daemon (no workers) takes the backlog first. ----
+  if (tributary) {
+    const d = await startDaemonProcess({ redisUrl: redisServer.url, adminToken, ...(want("drain") ? { roles: "api" } : {}) }, "daemon");
+    daemon = d;
+    cleanups.push(() => d.stop());
+    const user = await apiData<{ api_key: string }>(d.url, adminToken, "POST", "/admin/users", { username: "bench", email: "bench@example.com", plan: "paid" }, 201);
+    key = user.api_key;
+    const hook = await apiData<{ id: string }>(d.url, key, "POST", "/v1/webhooks", { url: receiver.url, name: "bench" }, 200);
+    for (const emitter of ["p_bench_drain", "p_bench_lat"]) {
+      await apiData(d.url, key, "POST", "/v1/subscriptions", { emitter_id: emitter, listener_id: hook.id }, 200);
+    }
+    if (want("drain")) {
+      log(`pre-loading ${S.backlog} events into p_bench_drain (API-only daemon)`);
+      const preloadStart = performance.now();
+      const chunk = 500;
+      for (let i = 0; i < S.backlog; i += chunk * 4) {
+        await Promise.all(
+          [0, 1, 2, 3].map(async (j) => {
+            const from = i + j * chunk;
+            const to = Math.min(S.backlog, from + chunk);
+            if (from >= to) return;
+            const events = [];
+            for (let s = from; s < to; s++) events.push({ event: smallEvent(s) });
+            await apiData(d.url, key, "POST", "/v1/workflows/p_bench_drain/events", { events }, 202);
+          }),
+        );
+      }
+      const outboxLen = await redis.xlen(keys.outbox());
+      log(`  pre-loaded in ${fmt(performance.now() - preloadStart)} ms; outbox holds ${outboxLen}`);
+      if (outboxLen !== S.backlog) throw new Error(`outbox holds ${outboxLen} entries, expected ${S.backlog}: did the key layout change?`);
+      await d.stop();
+      cleanups.pop();
+      daemon = undefined;
+    }
   }
 
+  // ---- 5b. Plain BullMQ, next to the drain it is compared with (the daemon is stopped meanwhile) ----
   if (want("bullmq")) {
     log(`plain BullMQ baseline: ${S.backlog} jobs, concurrency ${S.deliveryConcurrency}`);
     results.bull = await bullmqBaseline({
@@ -97,59 +152,58 @@ async function main(): Promise<Results> {
     log(`  ${fmt(results.bull.perSec)} deliveries/s (${results.bull.delivered}/${results.bull.expected})`);
   }
 
-  if (!(want("drain") || want("single") || want("batch") || want("latency"))) return results;
-
-  // ---- Tributary set-up. With the drain phase, an API-only daemon (no workers) takes the backlog first. ----
-  const adminToken = `bench-admin-${randomBytes(8).toString("hex")}`;
-  const keys = createKeys(KEY_PREFIX);
-  let daemon = await startDaemonProcess({ redisUrl: redisServer.url, adminToken, ...(want("drain") ? { roles: "api" } : {}) }, "daemon");
-  cleanups.push(() => daemon.stop());
-  const user = await apiData<{ api_key: string }>(
-    daemon.url,
-    adminToken,
-    "POST",
-    "/admin/users",
-    { username: "bench", email: "bench@example.com", plan: "paid" },
-    201,
-  );
-  const key = user.api_key;
-  const hook = await apiData<{ id: string }>(daemon.url, key, "POST", "/v1/webhooks", { url: receiver.url, name: "bench" }, 200);
-  for (const emitter of ["p_bench_drain", "p_bench_lat"]) {
-    await apiData(daemon.url, key, "POST", "/v1/subscriptions", { emitter_id: emitter, listener_id: hook.id }, 200);
-  }
-
+  // ---- 3. Draining: a full daemon starts on the backlog ----
   if (want("drain")) {
-    log(`pre-loading ${S.backlog} events into p_bench_drain (API-only daemon)`);
-    const preloadStart = performance.now();
-    const chunk = 500;
-    for (let i = 0; i < S.backlog; i += chunk * 4) {
-      await Promise.all(
-        [0, 1, 2, 3].map(async (j) => {
-          const from = i + j * chunk;
-          const to = Math.min(S.backlog, from + chunk);
-          if (from >= to) return;
-          const events = [];
-          for (let s = from; s < to; s++) events.push({ event: smallEvent(s) });
-          await apiData(daemon.url, key, "POST", "/v1/workflows/p_bench_drain/events", { events }, 202);
-        }),
-      );
-    }
-    const outboxLen = await redis.xlen(keys.outbox());
-    log(`  pre-loaded in ${fmt(performance.now() - preloadStart)} ms; outbox holds ${outboxLen}`);
-    if (outboxLen !== S.backlog) throw new Error(`outbox holds ${outboxLen} entries, expected ${S.backlog}: did the key layout change?`);
-    await daemon.stop();
-    cleanups.pop();
-
     receiver.reset();
     log("starting the full daemon (api,worker,scheduler) on the backlog");
-    daemon = await startDaemonProcess({ redisUrl: redisServer.url, adminToken }, "daemon");
-    cleanups.push(() => daemon.stop());
-    const cpu = cpuMeter({ daemon: daemon.child.pid, redis: redisServer.pid, bench: process.pid });
+    const d = await startDaemonProcess({ redisUrl: redisServer.url, adminToken }, "daemon");
+    daemon = d;
+    cleanups.push(() => d.stop());
+    const cpu = cpuMeter({ daemon: d.child.pid, redis: redisServer.pid, bench: process.pid });
+    // Where the backlog sits over time: when the outbox empties, fan-out is done and only delivery remains.
+    let fanoutDone: { at: number; delivered: number } | undefined;
+    const watch = setInterval(() => {
+      void redis
+        .xlen(keys.outbox())
+        .then((n) => {
+          if (n === 0 && !fanoutDone) fanoutDone = { at: performance.now(), delivered: receiver.count() };
+        })
+        .catch(() => {});
+    }, 100);
+    const stopTrace = TRACE ? trace(redis, keys, receiver) : () => {};
     const complete = await receiver.waitFor(S.backlog, 120_000);
-    ensureAlive(daemon);
-    results.drain = drainResult(receiver, S.backlog, complete, cpu());
-    log(`  ${fmt(results.drain.perSec)} deliveries/s (${results.drain.delivered}/${results.drain.expected})`);
+    clearInterval(watch);
+    stopTrace();
+    ensureAlive(d);
+    const base = drainResult(receiver, S.backlog, complete, cpu());
+    const w = receiver.window();
+    let detail = "";
+    if (fanoutDone && w) {
+      const tail = S.backlog - fanoutDone.delivered;
+      const tailMs = w.last - fanoutDone.at;
+      detail = `fan-out done after ${fmt((fanoutDone.at - w.first) / 1000, 1)} s with ${fmt(fanoutDone.delivered)} delivered; delivery alone afterwards: ${tailMs > 0 && tail > 100 ? fmt((tail * 1000) / tailMs) : "n/a"}/s`;
+    }
+    results.drain = { ...base, detail };
+    log(`  ${fmt(results.drain.perSec)} deliveries/s (${results.drain.delivered}/${results.drain.expected}); ${detail}`);
   }
+
+  // ---- 5a. Bare Koa, next to the single-emit ingest it is compared with ----
+  if (want("koa")) {
+    log(`bare Koa baseline: ${S.durationS}s, ${S.connections} connections`);
+    results.koa = await koaBaseline({ durationS: S.durationS, warmupS: S.warmupS, connections: S.connections });
+    log(`  ${fmt(results.koa.reqPerSec)} req/s`);
+  }
+
+  if (!(want("single") || want("batch") || want("latency"))) {
+    if (daemon) results.peakRssKb = daemon.child.peakRssKb();
+    return results;
+  }
+  if (!daemon) {
+    const d = await startDaemonProcess({ redisUrl: redisServer.url, adminToken }, "daemon");
+    daemon = d;
+    cleanups.push(() => d.stop());
+  }
+  const dm: DaemonProcess = daemon;
 
   const deliveryQueue = new Queue("delivery", { connection: redis, prefix: keys.bullPrefix });
   cleanups.push(() => deliveryQueue.close());
@@ -157,7 +211,7 @@ async function main(): Promise<Results> {
   const quiesce = async (label: string) => {
     const start = performance.now();
     for (;;) {
-      ensureAlive(daemon);
+      ensureAlive(dm);
       const outbox = await redis.xlen(keys.outbox());
       const c = await deliveryQueue.getJobCounts("wait", "active", "delayed", "prioritized");
       const busy = (c.wait ?? 0) + (c.active ?? 0) + (c.delayed ?? 0) + (c.prioritized ?? 0);
@@ -169,14 +223,14 @@ async function main(): Promise<Results> {
   };
   await quiesce("before ingest");
 
-  const ingestUrl = `${daemon.url}/v1/workflows/p_bench_ingest/events`;
+  const ingestUrl = `${dm.url}/v1/workflows/p_bench_ingest/events`;
   const auth = { authorization: `Bearer ${key}` };
   const closedLoop = async (body: string, warmupS: number): Promise<ClosedLoopResult & { cpu: CpuShares }> => {
     if (warmupS > 0) await hammer({ url: ingestUrl, body, headers: auth, durationS: warmupS, connections: S.connections });
-    const cpu = cpuMeter({ daemon: daemon.child.pid, redis: redisServer.pid, bench: process.pid });
+    const cpu = cpuMeter({ daemon: dm.child.pid, redis: redisServer.pid, bench: process.pid });
     const r = await hammer({ url: ingestUrl, body, headers: auth, durationS: S.durationS, connections: S.connections });
     const shares = cpu();
-    ensureAlive(daemon);
+    ensureAlive(dm);
     return { ...r, cpu: shares };
   };
 
@@ -201,9 +255,9 @@ async function main(): Promise<Results> {
     for (const rate of S.rates) {
       log(`emit-to-delivered at ${rate} events/s for ${S.durationS}s (${S.latBatch} event(s)/request)`);
       receiver.reset();
-      const cpu = cpuMeter({ daemon: daemon.child.pid, redis: redisServer.pid, bench: process.pid });
+      const cpu = cpuMeter({ daemon: dm.child.pid, redis: redisServer.pid, bench: process.pid });
       const r = await openLoop({
-        origin: daemon.url,
+        origin: dm.url,
         path: "/v1/workflows/p_bench_lat/events",
         token: key,
         rate,
@@ -214,7 +268,7 @@ async function main(): Promise<Results> {
       const shares = cpu();
       const expected = r.sentAt.size - r.failures * S.latBatch;
       await receiver.waitFor(expected, 60_000);
-      ensureAlive(daemon);
+      ensureAlive(dm);
       const e2e: number[] = [];
       for (const [seq, sent] of r.sentAt) {
         const at = receiver.arrivals.get(seq);
@@ -236,11 +290,11 @@ async function main(): Promise<Results> {
     }
   }
 
-  results.peakRssKb = daemon.child.peakRssKb();
-  await daemon.stop();
+  results.peakRssKb = dm.child.peakRssKb();
+  await dm.stop();
   cleanups.pop();
-  const gone = daemon.child.exited();
-  if (gone && gone.code !== 0) log(`note: daemon exited with ${JSON.stringify(gone)} on SIGTERM:\n${daemon.child.tail()}`);
+  const gone = dm.child.exited();
+  if (gone && gone.code !== 0) log(`note: daemon exited with ${JSON.stringify(gone)} on SIGTERM:\n${dm.child.tail()}`);
   return results;
 }
 

@@ -63,15 +63,17 @@ export interface DaemonOptions {
 export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const { config, logger } = opts;
   const roles = new Set(config.roles);
-  const redisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true } as const;
-  const redis = new Redis(opts.redisUrl, redisOptions);
+  // Request-path connections fail fast while Redis is down (the API answers 503 instead of
+  // hanging); blocking readers and BullMQ workers retry forever, as BullMQ requires.
+  const failFast = { maxRetriesPerRequest: 2, enableReadyCheck: true } as const;
+  const patient = { maxRetriesPerRequest: null, enableReadyCheck: true } as const;
+  const redis = new Redis(opts.redisUrl, failFast);
   redis.on("error", (err) => logger.warn({ err: err.message }, "redis connection error"));
-  // Blocking reads (fan-out, scheduler) get connections of their own so they never stall commands.
-  const blocking = new Redis(opts.redisUrl, redisOptions);
-  blocking.on("error", () => {});
-  const schedulerBlocking = new Redis(opts.redisUrl, redisOptions);
-  schedulerBlocking.on("error", () => {});
-  const connection: ConnectionOptions = redis.duplicate();
+  const queueConnection = new Redis(opts.redisUrl, failFast);
+  const blocking = new Redis(opts.redisUrl, patient);
+  const schedulerBlocking = new Redis(opts.redisUrl, patient);
+  const connection: ConnectionOptions = new Redis(opts.redisUrl, patient);
+  for (const c of [queueConnection, blocking, schedulerBlocking, connection as Redis]) c.on("error", () => {});
   const keys = createKeys(config.keyPrefix);
   const ctx: StoreContext = { redis, keys, now: Date.now, randomBytes: (n) => randomBytes(n) };
   const registry = new Registry();
@@ -79,7 +81,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const agent = createGuardedAgent({ allowPrivate: config.allowPrivateDestinations });
   const attempts = maxAttempts(config.deliveryRetryScheduleMs);
 
-  const queueOpts = { connection, prefix: keys.bullPrefix };
+  const queueOpts = { connection: queueConnection, prefix: keys.bullPrefix };
   const deliveryQueue = new Queue(QUEUES.delivery, queueOpts);
   const sourceRunQueue = new Queue(QUEUES.sourceRun, queueOpts);
   const maintenanceQueue = new Queue(QUEUES.maintenance, queueOpts);
@@ -203,7 +205,11 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       webhooks,
       workflows,
       purgeUser,
-      ready: async () => redis.status === "ready" && (await redis.ping()) === "PONG",
+      ready: async () =>
+        redis.status === "ready" &&
+        (await redis.ping()) === "PONG" &&
+        runtime.running() &&
+        [fanout, deliveryWorker, maintenance].every((part) => part === undefined || part.isRunning()),
       endpoints: runtime.endpoints,
       v1Modules: [
         eventRoutes({
@@ -257,7 +263,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       await deadline(Promise.all([deliveryQueue.close(), sourceRunQueue.close(), maintenanceQueue.close(), timersQueue.close()]));
       await agent.close().catch(() => {});
       // 4. Quit Redis.
-      await Promise.all([redis, blocking, schedulerBlocking, connection as Redis].map((c) => c.quit().catch(() => {})));
+      await Promise.all([redis, queueConnection, blocking, schedulerBlocking, connection as Redis].map((c) => c.quit().catch(() => {})));
     })();
     return closing;
   };

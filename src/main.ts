@@ -2,6 +2,7 @@ import path from "node:path";
 import { Redis } from "ioredis";
 import pRetry from "p-retry";
 import { ConfigError, loadConfig } from "./config/load.js";
+import type { Config } from "./config/schema.js";
 import { startDaemon } from "./daemon.js";
 import { createLogger } from "./observability/logger.js";
 import { packageVersion, projectRoot } from "./paths.js";
@@ -10,7 +11,7 @@ import { RedisServerMissingError, startEmbeddedRedis, type EmbeddedRedis } from 
 /** Process entry point: the only module that reads the environment, listens and installs signal handlers. */
 async function main(): Promise<void> {
   const root = projectRoot();
-  let config;
+  let config: Config;
   try {
     config = loadConfig(process.env, packageVersion(root));
   } catch (err) {

@@ -172,6 +172,10 @@ export class DeliveryWorker {
     }
   }
 
+  isRunning(): boolean {
+    return this.worker.isRunning();
+  }
+
   /** Waits for attempts in flight (up to the caller's deadline) and stops. Idempotent. */
   async close(force = false): Promise<void> {
     await this.worker.close(force);

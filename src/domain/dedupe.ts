@@ -27,7 +27,11 @@ function greater(a: string | number, b: string | number): boolean {
   return String(a) > String(b);
 }
 
-export function applyDedupe<T extends Identified>(strategy: DedupeStrategy | null, emits: readonly T[], state: DedupeState): { kept: T[]; state: DedupeState } {
+export function applyDedupe<T extends Identified>(
+  strategy: DedupeStrategy | null,
+  emits: readonly T[],
+  state: DedupeState,
+): { kept: T[]; state: DedupeState } {
   if (!strategy) return { kept: [...emits], state };
   switch (strategy) {
     case "unique": {

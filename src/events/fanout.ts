@@ -229,6 +229,10 @@ export class FanoutWorker {
       .exec();
   }
 
+  isRunning(): boolean {
+    return this.running;
+  }
+
   /** Stops the loop; the blocking read returns within its 1 s timeout. Idempotent. */
   async close(): Promise<void> {
     this.running = false;

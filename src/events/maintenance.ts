@@ -24,6 +24,10 @@ export class MaintenanceWorker {
     void this.worker.run();
   }
 
+  isRunning(): boolean {
+    return this.worker.isRunning();
+  }
+
   async close(): Promise<void> {
     await this.worker.close();
   }

@@ -68,7 +68,7 @@ export function sourceEndpoints(d: EndpointDeps): Middleware {
     const [, token, subPath] = m;
     const target = await d.sources.endpoint(token as string);
     const source = target ? await d.sources.get(target.userId, target.sourceId) : undefined;
-    if (!source || !source.active || source.endpoint_token !== token) throw new NotFoundError("no such endpoint", "endpoint_not_found");
+    if (!source?.active || source.endpoint_token !== token) throw new NotFoundError("no such endpoint", "endpoint_not_found");
 
     const wait = await d.limiter.take(d.keys.sourceRate(source.user_id, source.id));
     if (wait > 0) throw new TooManyRequestsError("this endpoint is receiving too many requests", wait / 1000);

@@ -15,6 +15,7 @@ import type { SourceStore } from "../store/sources.js";
 import type { UserStore } from "../store/users.js";
 import { sourceEndpoints } from "./endpoints.js";
 import { RuntimeLifecycle } from "./lifecycle.js";
+import { closeSharedSandboxes } from "./component/meta.js";
 import { Quotas } from "./quotas.js";
 import { RateLimiter } from "./rate-limit.js";
 import { SourceRunner } from "./runner.js";
@@ -52,6 +53,8 @@ export interface Runtime {
   readonly endpoints: Middleware;
   /** Starts the workers (worker role) and the timer scheduler (scheduler role). */
   start(roles: ReadonlySet<Role>): Promise<void>;
+  /** True while the workers and scheduler this process started are running. */
+  running(): boolean;
   close(): Promise<void>;
 }
 
@@ -76,7 +79,12 @@ export function createRuntime(d: RuntimeDeps): Runtime {
   };
   const sandbox = new Sandbox(
     { memoryMb: config.sandboxMemoryMb, timeoutMs: config.sandboxTimeoutMs },
-    { fetch, onCatastrophicError: (message) => d.logger.fatal({ message }, "isolated-vm lost control of an isolate") },
+    {
+      fetch,
+      // Source runs and inline customResponse runs share the pool: never fewer isolates than runs.
+      maxIsolates: Math.max(16, config.sourceRunConcurrency * 2),
+      onCatastrophicError: (message) => d.logger.fatal({ message }, "isolated-vm lost control of an isolate"),
+    },
   );
   const quotas = new Quotas(d.redis, d.keys, d.users, {
     dailyInvocations: config.freeDailyInvocationsQuota,
@@ -128,13 +136,22 @@ export function createRuntime(d: RuntimeDeps): Runtime {
         workers.start();
       }
       if (roles.has("scheduler")) {
-        scheduler = new TimerScheduler({ redis: d.redis, blocking: d.blocking, keys: d.keys, sources: d.sourceStore, timers: d.timersQueue, logger: d.logger });
+        scheduler = new TimerScheduler({
+          redis: d.redis,
+          blocking: d.blocking,
+          keys: d.keys,
+          sources: d.sourceStore,
+          timers: d.timersQueue,
+          logger: d.logger,
+        });
         await scheduler.start();
       }
     },
+    running: () => (workers?.isRunning() ?? true) && (scheduler?.isRunning() ?? true),
     async close() {
       await Promise.all([workers?.close(), scheduler?.close()]);
-      await sandbox.close();
+      sandbox.close();
+      closeSharedSandboxes();
     },
   };
 }

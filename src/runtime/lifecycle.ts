@@ -36,7 +36,11 @@ export class RuntimeLifecycle implements SourceLifecycle {
     for (const method of methods) {
       if (!component.hooks.includes(method)) continue;
       const result = await this.runner.execute(source, component, method, undefined, undefined, db);
-      if (result.error) throw new ValidationError(`the component's ${method} hook failed: ${result.error.code}: ${result.error.msg.slice(0, 500)}`, "hook_failed");
+      if (result.error)
+        throw new ValidationError(
+          `the component's ${method} hook failed: ${result.error.code}: ${result.error.msg.slice(0, 500)}`,
+          "hook_failed",
+        );
       db = result.db;
       results.push(result);
     }
@@ -46,7 +50,10 @@ export class RuntimeLifecycle implements SourceLifecycle {
   async prepare(event: "create" | "update", next: SourceRecord, component: ComponentRecord, prev?: SourceRecord): Promise<void> {
     const results: RunResult[] = [];
     if (event === "update" && prev?.active) {
-      const prevComponent = prev.component_id === component.id ? component : await this.components.require(prev.user_id, prev.component_id).catch(() => undefined);
+      const prevComponent =
+        prev.component_id === component.id
+          ? component
+          : await this.components.require(prev.user_id, prev.component_id).catch(() => undefined);
       if (prevComponent) results.push(...(await this.runHooks(prev, prevComponent, ["deactivate"])));
     }
     const methods: RunMethod[] = event === "create" ? ["deploy"] : [];

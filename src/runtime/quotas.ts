@@ -30,10 +30,18 @@ export class Quotas {
     if (user.plan === "paid") return { ok: true, plan: "paid" };
     const [inv, ms] = await this.redis.hmget(this.keys.usage(userId, utcDay(this.now())), "invocations", "compute_ms");
     if (Number(inv ?? 0) >= this.limits.dailyInvocations) {
-      return { ok: false, reason: `daily invocations quota (${this.limits.dailyInvocations}) reached`, retryAfterSeconds: this.secondsToMidnight() };
+      return {
+        ok: false,
+        reason: `daily invocations quota (${this.limits.dailyInvocations}) reached`,
+        retryAfterSeconds: this.secondsToMidnight(),
+      };
     }
     if (Number(ms ?? 0) >= this.limits.dailyComputeMs) {
-      return { ok: false, reason: `daily compute time quota (${this.limits.dailyComputeMs} ms) reached`, retryAfterSeconds: this.secondsToMidnight() };
+      return {
+        ok: false,
+        reason: `daily compute time quota (${this.limits.dailyComputeMs} ms) reached`,
+        retryAfterSeconds: this.secondsToMidnight(),
+      };
     }
     return { ok: true, plan: "free" };
   }
@@ -43,7 +51,11 @@ export class Quotas {
     const nowMs = this.now();
     if (plan === "paid") {
       const key = this.keys.billingUsage(userId, billingPeriod(nowMs).start);
-      await this.redis.multi().hincrby(key, "invocations", 1).expire(key, 40 * 86_400).exec();
+      await this.redis
+        .multi()
+        .hincrby(key, "invocations", 1)
+        .expire(key, 40 * 86_400)
+        .exec();
       return;
     }
     const key = this.keys.usage(userId, utcDay(nowMs));

@@ -68,7 +68,12 @@ export class SourceRunner {
     }
     const quota = await d.quotas.check(spec.userId);
     if (!quota.ok) {
-      await this.recordError(source, { code: "QUOTA_EXCEEDED", msg: quota.reason, stack: "", ts: new Date(d.now()).toISOString() }, spec.event, hops);
+      await this.recordError(
+        source,
+        { code: "QUOTA_EXCEEDED", msg: quota.reason, stack: "", ts: new Date(d.now()).toISOString() },
+        spec.event,
+        hops,
+      );
       d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome: "skipped_quota" });
       return { status: "skipped", reason: "quota", detail: quota.reason, retryAfterSeconds: quota.retryAfterSeconds };
     }
@@ -92,7 +97,8 @@ export class SourceRunner {
     dbState?: Record<string, unknown>,
   ): Promise<RunResult> {
     const compiledCode = await this.d.components.compiled(source.user_id, component);
-    const db = dbState ?? parseStored<Record<string, unknown>>(await this.d.redis.get(this.d.keys.sourceDb(source.user_id, source.id))) ?? {};
+    const db =
+      dbState ?? parseStored<Record<string, unknown>>(await this.d.redis.get(this.d.keys.sourceDb(source.user_id, source.id))) ?? {};
     return this.d.sandbox.run({ compiledCode, sourceId: source.id, method, props: source.configured_props, db, event, onRespond });
   }
 
@@ -124,7 +130,12 @@ export class SourceRunner {
   }
 
   /** An $errors record in the documented shape. */
-  async recordError(source: SourceRecord, error: { code: string; msg: string; stack: string; ts: string }, originalEvent: unknown, hops: number): Promise<void> {
+  async recordError(
+    source: SourceRecord,
+    error: { code: string; msg: string; stack: string; ts: string },
+    originalEvent: unknown,
+    hops: number,
+  ): Promise<void> {
     const event = {
       error,
       original_event: originalEvent ?? null,

@@ -46,9 +46,11 @@ export class TimerScheduler {
   private readonly owner = randomUUID();
   private leader = false;
 
-  constructor(
-    private readonly d: { redis: Redis; blocking: Redis; keys: Keys; sources: SourceStore; timers: Queue; logger: Logger },
-  ) {}
+  constructor(private readonly d: { redis: Redis; blocking: Redis; keys: Keys; sources: SourceStore; timers: Queue; logger: Logger }) {}
+
+  isRunning(): boolean {
+    return this.running;
+  }
 
   isLeader(): boolean {
     return this.leader;
@@ -96,9 +98,18 @@ export class TimerScheduler {
           [string, string[]][],
         ];
         await this.handle(claimed[1] ?? []);
-        const res = (await this.d.blocking.xreadgroup("GROUP", GROUP, this.owner, "COUNT", 100, "BLOCK", 1000, "STREAMS", this.d.keys.timerControl(), ">")) as
-          | [string, [string, string[]][]][]
-          | null;
+        const res = (await this.d.blocking.xreadgroup(
+          "GROUP",
+          GROUP,
+          this.owner,
+          "COUNT",
+          100,
+          "BLOCK",
+          1000,
+          "STREAMS",
+          this.d.keys.timerControl(),
+          ">",
+        )) as [string, [string, string[]][]][] | null;
         await this.handle(res?.[0]?.[1] ?? []);
       } catch (err) {
         if (!this.running) break;
@@ -140,7 +151,12 @@ export class TimerScheduler {
     await this.loop;
     if (this.leader) {
       await this.d.redis
-        .eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end", 1, this.d.keys.schedulerLock(), this.owner)
+        .eval(
+          "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end",
+          1,
+          this.d.keys.schedulerLock(),
+          this.owner,
+        )
         .catch(() => {});
     }
   }

@@ -22,7 +22,15 @@ export class RuntimeWorkers {
   private readonly runs: Worker;
   private readonly ticks: Worker;
 
-  constructor(d: { connection: ConnectionOptions; prefix: string; concurrency: number; runner: SourceRunner; logger: Logger; metrics: Metrics; now: () => number }) {
+  constructor(d: {
+    connection: ConnectionOptions;
+    prefix: string;
+    concurrency: number;
+    runner: SourceRunner;
+    logger: Logger;
+    metrics: Metrics;
+    now: () => number;
+  }) {
     this.runs = new Worker(
       QUEUES.sourceRun,
       async (job: Job) => {
@@ -32,9 +40,20 @@ export class RuntimeWorkers {
           const event = { ...r, body: parseBody(r.bodyRaw, r.headers["content-type"] ?? "") };
           await d.runner.run({ userId: data.userId, sourceId: data.sourceId, trigger: "http", event });
         } else if (data.kind === "event") {
-          await d.runner.run({ userId: data.userId, sourceId: data.sourceId, trigger: "event", event: parsePayload(data.payload), hops: data.hops });
+          await d.runner.run({
+            userId: data.userId,
+            sourceId: data.sourceId,
+            trigger: "event",
+            event: parsePayload(data.payload),
+            hops: data.hops,
+          });
         } else {
-          await d.runner.run({ userId: data.userId, sourceId: data.sourceId, trigger: "timer", event: { timestamp: Math.floor(d.now() / 1000), interval_seconds: null } });
+          await d.runner.run({
+            userId: data.userId,
+            sourceId: data.sourceId,
+            trigger: "timer",
+            event: { timestamp: Math.floor(d.now() / 1000), interval_seconds: null },
+          });
         }
       },
       { connection: d.connection, prefix: d.prefix, concurrency: d.concurrency, autorun: false },
@@ -60,6 +79,10 @@ export class RuntimeWorkers {
   start(): void {
     void this.runs.run();
     void this.ticks.run();
+  }
+
+  isRunning(): boolean {
+    return this.runs.isRunning() && this.ticks.isRunning();
   }
 
   async close(): Promise<void> {

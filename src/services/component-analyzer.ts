@@ -1,16 +1,6 @@
-import type { PropDefinition } from "../domain/props.js";
+import type { ComponentMeta } from "../runtime/component/meta.js";
 
-/** What the sandbox tells about a component's code (read inside an isolate, never in our realm). */
-export interface ComponentMeta {
-  key: string | null;
-  name: string;
-  version: string;
-  description: string | null;
-  dedupe: "unique" | "greatest" | "last" | null;
-  props: PropDefinition[];
-  hooks: string[];
-  hasRun: boolean;
-}
+export type { ComponentMeta };
 
 /** The seam between the management API and the sandbox. */
 export interface ComponentAnalyzer {

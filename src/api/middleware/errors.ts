@@ -29,7 +29,8 @@ export function toAppError(err: unknown): AppError | undefined {
   const e = err as HttpLikeError;
   const status = e?.status ?? e?.statusCode;
   if (e?.type === "entity.too.large" || status === 413) return new PayloadTooLargeError();
-  if (e?.type === "entity.parse.failed" || (err instanceof SyntaxError && status === 400)) return new ValidationError("request body is not valid JSON", "invalid_json");
+  if (e?.type === "entity.parse.failed" || (err instanceof SyntaxError && status === 400))
+    return new ValidationError("request body is not valid JSON", "invalid_json");
   if (e?.type === "encoding.unsupported" || e?.type === "charset.unsupported") {
     return new ValidationError("request body has an unsupported encoding", "invalid_body");
   }

@@ -4,7 +4,7 @@ import { deliveryView, type AttemptLog } from "../../delivery/attempt-log.js";
 import { replayDelivery } from "../../delivery/replay.js";
 import type { WebhookService } from "../../services/webhooks.js";
 import { userIdOf } from "../middleware/auth.js";
-import { noContent, pageRequest, sendPage } from "../params.js";
+import { pageRequest, sendPage } from "../params.js";
 
 /** The attempt log of a webhook and replay of failed deliveries (SPEC §6). */
 export function deliveryRoutes(deps: { webhooks: WebhookService; log: AttemptLog; queue: Queue; attempts: number }) {

@@ -74,19 +74,25 @@ async function startApi(redisUrl: string, prefix: string, name: string): Promise
   return d;
 }
 
-/** A worker has no HTTP; it is ready once its fan-out consumer shows up in the outbox group. */
+/**
+ * A worker has no HTTP. It is ready once a new Redis client of its own sits in the fan-out's
+ * XREADGROUP (a consumer only shows in XINFO CONSUMERS after it has read an entry, so that
+ * cannot tell an idle worker apart from a dead one).
+ */
 async function startWorker(redisUrl: string, prefix: string, name: string, conn: Redis): Promise<DaemonChild> {
+  const before = new Set(await outboxReaders(conn));
   const d = spawnDaemon(name, daemonEnv(redisUrl, prefix, "worker", 0));
-  const outbox = createKeys(prefix).outbox();
-  await waitWhileRunning(
-    d,
-    async () => {
-      const consumers = (await conn.xinfo("CONSUMERS", outbox, FANOUT_GROUP)) as unknown[][];
-      return consumers.some((c) => String(c[1]).startsWith(`${d.pid}-`));
-    },
-    `${name}'s fan-out consumer in the outbox group`,
-  );
+  await waitWhileRunning(d, async () => (await outboxReaders(conn)).some((id) => !before.has(id)), `${name} reading the outbox`);
   return d;
+}
+
+/** Ids of the Redis clients whose last command was XREADGROUP (fan-out consumers). */
+async function outboxReaders(conn: Redis): Promise<string[]> {
+  const list = (await conn.client("LIST")) as string;
+  return list
+    .split("\n")
+    .filter((line) => / cmd=xreadgroup( |$)/.test(line))
+    .map((line) => /^id=(\d+)/.exec(line)?.[1] ?? "");
 }
 
 function connect(url: string): Redis {
