@@ -36,6 +36,8 @@ export interface DrainResult {
   readonly duplicates: number;
   readonly complete: boolean;
   readonly cpu?: CpuShares;
+  /** Where the time went (Tributary: fan-out vs delivery). */
+  readonly detail?: string;
 }
 
 /** Deliveries per second between the first and the last arrival at the receiver. */

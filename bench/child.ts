@@ -34,9 +34,10 @@ export function spawnNode(
   script: string,
   args: readonly string[],
   env: Record<string, string>,
+  cwd = ROOT,
 ): NodeChild {
   const child = spawn(process.execPath, [...nodeArgs, script, ...args], {
-    cwd: ROOT,
+    cwd,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });

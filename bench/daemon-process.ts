@@ -24,19 +24,26 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
   const prof = process.env.BENCH_CPU_PROF ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_CPU_PROF] : [];
   // BENCH_DAEMON_ROOT=<dir> runs the daemon from another checkout (A/B-testing a change).
   const root = process.env.BENCH_DAEMON_ROOT || ROOT;
-  const child = spawnNode(name, ["--no-node-snapshot", ...prof, "--import", "tsx"], "src/main.ts", [], {
-    PORT: String(port),
-    HOST: "127.0.0.1",
-    PUBLIC_URL: `http://127.0.0.1:${port}`,
-    REDIS_URL: opts.redisUrl,
-    ADMIN_TOKEN: opts.adminToken,
-    ALLOW_PRIVATE_DESTINATIONS: "true",
-    LOG_LEVEL: "warn",
-    DELIVERY_RETRY_SCHEDULE: "1s,2s",
-    SHUTDOWN_TIMEOUT_MS: "5000",
-    ROLES: opts.roles ?? "api,worker,scheduler",
-    ...opts.env,
-  }, root);
+  const child = spawnNode(
+    name,
+    ["--no-node-snapshot", ...prof, "--import", "tsx"],
+    "src/main.ts",
+    [],
+    {
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      PUBLIC_URL: `http://127.0.0.1:${port}`,
+      REDIS_URL: opts.redisUrl,
+      ADMIN_TOKEN: opts.adminToken,
+      ALLOW_PRIVATE_DESTINATIONS: "true",
+      LOG_LEVEL: "warn",
+      DELIVERY_RETRY_SCHEDULE: "1s,2s",
+      SHUTDOWN_TIMEOUT_MS: "5000",
+      ROLES: opts.roles ?? "api,worker,scheduler",
+      ...opts.env,
+    },
+    root,
+  );
   const url = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 60_000;
   for (;;) {

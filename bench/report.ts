@@ -40,7 +40,7 @@ const closed = (r: ClosedLoopResult | undefined) =>
   r ? `${fmt(r.reqPerSec)} req/s · p50 ${fmt(r.p50)} ms · p99 ${fmt(r.p99)} ms${errs(r)}` : "not run";
 const drained = (d: DrainResult | undefined) =>
   d
-    ? `${fmt(d.perSec)} deliveries/s (${fmt(d.delivered)}/${fmt(d.expected)} in ${fmt(d.spanMs / 1000, 1)} s${d.complete ? "" : ", DEADLINE HIT"}${d.duplicates ? `, ${d.duplicates} duplicates` : ""})`
+    ? `${fmt(d.perSec)} deliveries/s (${fmt(d.delivered)}/${fmt(d.expected)} in ${fmt(d.spanMs / 1000, 1)} s${d.complete ? "" : ", DEADLINE HIT"}${d.duplicates ? `, ${d.duplicates} duplicates` : ""})${d.detail ? `; ${d.detail}` : ""}`
     : "not run";
 
 /** Prints the one markdown table (and a settings paragraph) to stdout. */
@@ -56,7 +56,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     `${fmt(ingestRatio, 2)}×`,
     "≥ 0.6× bare Koa",
     verdict(Number.isNaN(ingestRatio) ? undefined : ingestRatio >= 0.6),
-    `${formatCpu(r.single?.cpu)} | koa ${formatCpu(r.koa?.cpu)}`,
+    `${formatCpu(r.single?.cpu)}; bare Koa: ${formatCpu(r.koa?.cpu)}`,
   ]);
   rows.push([
     `2. Emit ingest, batch of ${S.batchSize}`,
@@ -74,7 +74,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     `${fmt(drainRatio, 2)}×`,
     "≥ 0.8× plain BullMQ",
     verdict(Number.isNaN(drainRatio) ? undefined : drainRatio >= 0.8 && r.drain?.complete === true),
-    `${formatCpu(r.drain?.cpu)} | bullmq ${formatCpu(r.bull?.cpu)}`,
+    `${formatCpu(r.drain?.cpu)}; BullMQ: ${formatCpu(r.bull?.cpu)}`,
   ]);
   for (const l of r.latency) {
     const complete = l.delivered === l.sent;

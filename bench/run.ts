@@ -94,7 +94,6 @@ async function main(): Promise<Results> {
   cleanups.push(() => receiver.close());
   log(`redis ${redisServer.url}, receiver ${receiver.url}, phases ${[...PHASES].join(",")}`);
 
-
   const tributary = want("drain") || want("single") || want("batch") || want("latency");
   const adminToken = `bench-admin-${randomBytes(8).toString("hex")}`;
   const keys = createKeys(KEY_PREFIX);
@@ -106,7 +105,14 @@ async function main(): Promise<Results> {
     const d = await startDaemonProcess({ redisUrl: redisServer.url, adminToken, ...(want("drain") ? { roles: "api" } : {}) }, "daemon");
     daemon = d;
     cleanups.push(() => d.stop());
-    const user = await apiData<{ api_key: string }>(d.url, adminToken, "POST", "/admin/users", { username: "bench", email: "bench@example.com", plan: "paid" }, 201);
+    const user = await apiData<{ api_key: string }>(
+      d.url,
+      adminToken,
+      "POST",
+      "/admin/users",
+      { username: "bench", email: "bench@example.com", plan: "paid" },
+      201,
+    );
     key = user.api_key;
     const hook = await apiData<{ id: string }>(d.url, key, "POST", "/v1/webhooks", { url: receiver.url, name: "bench" }, 200);
     for (const emitter of ["p_bench_drain", "p_bench_lat"]) {
@@ -132,7 +138,6 @@ async function main(): Promise<Results> {
       log(`  pre-loaded in ${fmt(performance.now() - preloadStart)} ms; outbox holds ${outboxLen}`);
       if (outboxLen !== S.backlog) throw new Error(`outbox holds ${outboxLen} entries, expected ${S.backlog}: did the key layout change?`);
       await d.stop();
-      cleanups.pop();
       daemon = undefined;
     }
   }
@@ -292,7 +297,6 @@ async function main(): Promise<Results> {
 
   results.peakRssKb = dm.child.peakRssKb();
   await dm.stop();
-  cleanups.pop();
   const gone = dm.child.exited();
   if (gone && gone.code !== 0) log(`note: daemon exited with ${JSON.stringify(gone)} on SIGTERM:\n${dm.child.tail()}`);
   return results;

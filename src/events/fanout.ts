@@ -79,10 +79,15 @@ export class FanoutWorker {
 
   constructor(private readonly d: FanoutDeps) {}
 
-  async start(): Promise<void> {
+  /** Creates the consumer group (from the start of the outbox, so nothing added earlier is missed). */
+  private async ensureGroup(): Promise<void> {
     await this.d.redis.xgroup("CREATE", this.d.keys.outbox(), FANOUT_GROUP, "0", "MKSTREAM").catch((err: Error) => {
       if (!/BUSYGROUP/.test(err.message)) throw err;
     });
+  }
+
+  async start(): Promise<void> {
+    await this.ensureGroup();
     this.running = true;
     this.loop = this.run();
   }
@@ -111,6 +116,11 @@ export class FanoutWorker {
         if (entries.length > 0) await this.process(entries);
       } catch (err) {
         if (!this.running) break;
+        // Redis lost its data (restart without persistence, FLUSHALL): recreate the group.
+        if (/NOGROUP/.test((err as Error).message)) {
+          await this.ensureGroup().catch(() => {});
+          continue;
+        }
         logger.error({ err }, "fan-out loop error; retrying");
         await new Promise((r) => setTimeout(r, 500));
       }

@@ -56,10 +56,14 @@ export class TimerScheduler {
     return this.leader;
   }
 
-  async start(): Promise<void> {
+  private async ensureGroup(): Promise<void> {
     await this.d.redis.xgroup("CREATE", this.d.keys.timerControl(), GROUP, "0", "MKSTREAM").catch((err: Error) => {
       if (!/BUSYGROUP/.test(err.message)) throw err;
     });
+  }
+
+  async start(): Promise<void> {
+    await this.ensureGroup();
     this.running = true;
     this.loop = this.run();
   }
@@ -113,6 +117,10 @@ export class TimerScheduler {
         await this.handle(res?.[0]?.[1] ?? []);
       } catch (err) {
         if (!this.running) break;
+        if (/NOGROUP/.test((err as Error).message)) {
+          await this.ensureGroup().catch(() => {});
+          continue;
+        }
         this.d.logger.error({ err }, "scheduler loop error; retrying");
         await new Promise((r) => setTimeout(r, 1000));
       }
