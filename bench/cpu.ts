@@ -34,7 +34,7 @@ function machineBusyMs(): number | undefined {
 export type CpuShares = Record<string, number>;
 
 /** Starts measuring; the returned function reports each process's share since the start. */
-export function cpuMeter(pids: Record<string, number | undefined>): () => CpuShares {
+export function cpuMeter(pids: Record<string, number | undefined>): () => { pct: CpuShares; wallMs: number } {
   const start = performance.now();
   const machineBefore = machineBusyMs();
   const before = new Map<string, number>();
@@ -55,7 +55,7 @@ export function cpuMeter(pids: Record<string, number | undefined>): () => CpuSha
       const ours = Object.values(out).reduce((x, y) => x + y, 0);
       out.other = Math.max(0, (100 * (machineAfter - machineBefore)) / wall - ours);
     }
-    return out;
+    return { pct: out, wallMs: wall };
   };
 }
 

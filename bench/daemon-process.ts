@@ -5,6 +5,8 @@ import { sleep } from "./stats.js";
 /** A Tributary daemon running as its own `node` process (its event loop is not the load generator's). */
 export interface DaemonProcess {
   readonly url: string;
+  /** The ROLES it runs (after BENCH_DAEMON_ENV overrides). */
+  readonly roles: readonly string[];
   readonly child: NodeChild;
   stop(): Promise<void>;
 }
@@ -17,6 +19,16 @@ export interface DaemonProcessOptions {
   readonly env?: Record<string, string>;
 }
 
+/** BENCH_DAEMON_ENV="K=V,K2=V2": extra daemon settings (e.g. DELIVERY_CONCURRENCY=128) for experiments. */
+function extraEnv(): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const pair of (process.env.BENCH_DAEMON_ENV ?? "").split(",")) {
+    const i = pair.indexOf("=");
+    if (i > 0) out[pair.slice(0, i).trim()] = pair.slice(i + 1).trim();
+  }
+  return out;
+}
+
 /** Starts `node --no-node-snapshot --import tsx src/main.ts` and waits for /readyz. */
 export async function startDaemonProcess(opts: DaemonProcessOptions, name = "daemon"): Promise<DaemonProcess> {
   const port = await freePort();
@@ -24,26 +36,21 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
   const prof = process.env.BENCH_CPU_PROF ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_CPU_PROF] : [];
   // BENCH_DAEMON_ROOT=<dir> runs the daemon from another checkout (A/B-testing a change).
   const root = process.env.BENCH_DAEMON_ROOT || ROOT;
-  const child = spawnNode(
-    name,
-    ["--no-node-snapshot", ...prof, "--import", "tsx"],
-    "src/main.ts",
-    [],
-    {
-      PORT: String(port),
-      HOST: "127.0.0.1",
-      PUBLIC_URL: `http://127.0.0.1:${port}`,
-      REDIS_URL: opts.redisUrl,
-      ADMIN_TOKEN: opts.adminToken,
-      ALLOW_PRIVATE_DESTINATIONS: "true",
-      LOG_LEVEL: "warn",
-      DELIVERY_RETRY_SCHEDULE: "1s,2s",
-      SHUTDOWN_TIMEOUT_MS: "5000",
-      ROLES: opts.roles ?? "api,worker,scheduler",
-      ...opts.env,
-    },
-    root,
-  );
+  const env: Record<string, string> = {
+    PORT: String(port),
+    HOST: "127.0.0.1",
+    PUBLIC_URL: `http://127.0.0.1:${port}`,
+    REDIS_URL: opts.redisUrl,
+    ADMIN_TOKEN: opts.adminToken,
+    ALLOW_PRIVATE_DESTINATIONS: "true",
+    LOG_LEVEL: "warn",
+    DELIVERY_RETRY_SCHEDULE: "1s,2s",
+    SHUTDOWN_TIMEOUT_MS: "5000",
+    ROLES: opts.roles ?? "api,worker,scheduler",
+    ...opts.env,
+    ...extraEnv(),
+  };
+  const child = spawnNode(name, ["--no-node-snapshot", ...prof, "--import", "tsx"], "src/main.ts", [], env, root);
   const url = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 60_000;
   for (;;) {
@@ -62,7 +69,7 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
     }
     await sleep(200);
   }
-  return { url, child, stop: () => child.stop() };
+  return { url, roles: (env.ROLES ?? "").split(",").map((r) => r.trim()), child, stop: () => child.stop() };
 }
 
 /** Minimal JSON client for setup calls (admin API, webhooks, subscriptions). */

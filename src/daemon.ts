@@ -102,7 +102,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const analyzer = createAnalyzer(config);
   const fetcher = createComponentFetcher({ agent, timeoutMs: config.componentFetchTimeoutMs, maxBytes: config.componentFetchMaxBytes });
   const components = new ComponentService(componentStore, analyzer, fetcher, opts.registryDir);
-  const workflows = new WorkflowService(workflowStore, subscriptionStore);
+  const workflows = new WorkflowService(workflowStore, subscriptionStore, events);
   const ingest = new Ingest(events, workflows, metrics, Date.now, ctx.randomBytes);
   const runtime: Runtime = createRuntime({
     config,

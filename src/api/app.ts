@@ -1,6 +1,5 @@
 import { Router } from "@koa/router";
 import Koa, { type Middleware } from "koa";
-import { MethodNotAllowedError, NotFoundError } from "../domain/errors.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { ComponentService } from "../services/components.js";
@@ -45,12 +44,8 @@ export interface ApiDeps {
   readonly endpoints?: Middleware;
 }
 
-const allowedMethods = (router: Router) =>
-  router.allowedMethods({
-    throw: true,
-    methodNotAllowed: () => new MethodNotAllowedError(["see API document"]),
-    notImplemented: () => new NotFoundError("method not implemented", "route_not_found"),
-  });
+/** The router answers 405 with the real `Allow` header; the error middleware adds the JSON body. */
+const allowedMethods = (router: Router) => router.allowedMethods({ throw: false });
 
 /** `%24errors` reaches the same route as `$errors`. */
 const decodeDollar: Middleware = async (ctx, next) => {

@@ -121,7 +121,10 @@ export class EventStore {
       if (v !== undefined && !isEventId(v)) throw new ValidationError(`${name} must be an event id (<ms>-<seq>)`, "invalid_cursor");
     }
     let entries: [string, string[]][];
-    if (opts.before !== undefined) {
+    if (opts.after !== undefined && /^0+-0+$/.test(opts.after)) {
+      // Nothing precedes the zero id; Redis refuses the exclusive range "(0-0".
+      entries = [];
+    } else if (opts.before !== undefined) {
       entries = ((await this.redis.xrange(key, `(${opts.before}`, "+", "COUNT", opts.limit)) as [string, string[]][]).reverse();
     } else {
       const end = opts.after !== undefined ? `(${opts.after}` : "+";

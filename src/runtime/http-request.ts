@@ -1,5 +1,6 @@
 import type { IncomingMessage } from "node:http";
 import { PayloadTooLargeError } from "../domain/errors.js";
+import { exceedsDepth } from "../domain/json-depth.js";
 
 /** The event an HTTP source's run() receives (SPEC §5). */
 export interface HttpEvent {
@@ -40,7 +41,9 @@ export function parseBody(raw: string, contentType: string): unknown {
   }
   if (type === "" || type.includes("json") || type.startsWith("text/")) {
     try {
-      return JSON.parse(raw);
+      const parsed: unknown = JSON.parse(raw);
+      // Too deep to serialise safely: the run gets the raw text instead.
+      return exceedsDepth(parsed) ? raw : parsed;
     } catch {
       return raw;
     }

@@ -3,6 +3,7 @@ import { readdir, readFile } from "node:fs/promises";
 import path from "node:path";
 import { NotFoundError, ValidationError } from "../domain/errors.js";
 import { hasIdShape } from "../domain/ids.js";
+import { isHttpUrl } from "../domain/url-rules.js";
 import type { ComponentRecord, ComponentStore } from "../store/components.js";
 import type { ComponentAnalyzer, ComponentFetcher } from "./component-analyzer.js";
 
@@ -53,6 +54,7 @@ export class ComponentService {
     const code = optionalString(sel.component_code, "component_code");
     const url = optionalString(sel.component_url, "component_url");
     if (code === undefined && url === undefined) throw new ValidationError("component_code or component_url is required");
+    if (url !== undefined && (url.length > 2048 || !isHttpUrl(url))) throw new ValidationError("component_url must be an http(s) URL");
     return this.fromCode(userId, code ?? (await this.fetcher.fetch(url as string)), url ?? null);
   }
 

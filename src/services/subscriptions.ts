@@ -34,46 +34,44 @@ export class SubscriptionService {
     private readonly workflows: WorkflowService,
   ) {}
 
-  /** Emitter: an owned dc_ or p_ id, or a glob. Workflows are registered when first named. */
-  private async checkEmitter(userId: string, raw: unknown): Promise<string> {
+  /** Emitter shape: a dc_ or p_ id, or a glob. */
+  private emitterShape(raw: unknown): string {
     const id = requireString(raw, "emitter_id");
-    if (GLOBS.has(id)) return id;
-    if (hasIdShape(id, "dc_")) {
-      if (!(await this.sources.get(userId, id))) throw new NotFoundError(`emitter ${id} not found`);
-      return id;
-    }
-    if (isWorkflowId(id)) {
-      await this.workflows.ensure(userId, id);
-      return id;
-    }
+    if (GLOBS.has(id) || hasIdShape(id, "dc_") || isWorkflowId(id)) return id;
     throw new ValidationError("emitter_id must be a source id (dc_...), a workflow id (p_...), dc_* or p_*");
   }
 
-  /** Listener: an owned dc_, p_ or wh_ id. */
-  private async checkListener(userId: string, raw: unknown): Promise<string> {
+  /** Listener shape: a dc_, p_ or wh_ id. */
+  private listenerShape(raw: unknown): string {
     const id = requireString(raw, "listener_id");
-    if (hasIdShape(id, "dc_")) {
-      if (!(await this.sources.get(userId, id))) throw new NotFoundError(`listener ${id} not found`);
-      return id;
-    }
-    if (hasIdShape(id, "wh_")) {
-      if (!(await this.webhooks.get(userId, id))) throw new NotFoundError(`listener ${id} not found`);
-      return id;
-    }
-    if (isWorkflowId(id)) {
-      await this.workflows.ensure(userId, id);
-      return id;
-    }
+    if (hasIdShape(id, "dc_") || hasIdShape(id, "wh_") || isWorkflowId(id)) return id;
     throw new ValidationError("listener_id must be a source (dc_...), workflow (p_...) or webhook (wh_...) id");
   }
 
+  /** Sources and webhooks must exist and be the user's (404 otherwise); workflows need not. */
+  private async requireOwned(userId: string, id: string, role: "emitter" | "listener"): Promise<void> {
+    const found =
+      id.startsWith("dc_") && !GLOBS.has(id)
+        ? await this.sources.get(userId, id)
+        : id.startsWith("wh_")
+          ? await this.webhooks.get(userId, id)
+          : true;
+    if (!found) throw new NotFoundError(`${role} ${id} not found`);
+  }
+
+  /** Workflows are registered when a subscription first names them, after every check passed. */
+  private async registerWorkflows(userId: string, ...ids: string[]): Promise<void> {
+    for (const id of ids) if (isWorkflowId(id)) await this.workflows.ensure(userId, id);
+  }
+
   async create(userId: string, params: Record<string, unknown>): Promise<SubscriptionRecord> {
-    // Validate shapes before any lookup, so a malformed id is a 400 even when the other is foreign.
+    // Every shape is checked before any lookup, and every lookup before anything is written.
     const eventName = parseEventName(params.event_name, { required: false });
-    requireString(params.emitter_id, "emitter_id");
-    requireString(params.listener_id, "listener_id");
-    const listener = await this.checkListener(userId, params.listener_id);
-    const emitter = await this.checkEmitter(userId, params.emitter_id);
+    const emitter = this.emitterShape(params.emitter_id);
+    const listener = this.listenerShape(params.listener_id);
+    await this.requireOwned(userId, listener, "listener");
+    await this.requireOwned(userId, emitter, "emitter");
+    await this.registerWorkflows(userId, listener, emitter);
     return this.store.create(userId, emitter, listener, eventName);
   }
 
@@ -92,7 +90,9 @@ export class SubscriptionService {
 
   async createAuto(userId: string, params: Record<string, unknown>): Promise<AutoSubscriptionRecord> {
     const eventName = parseEventName(params.event_name, { required: true });
-    const listener = await this.checkListener(userId, params.listener_id);
+    const listener = this.listenerShape(params.listener_id);
+    await this.requireOwned(userId, listener, "listener");
+    await this.registerWorkflows(userId, listener);
     return this.store.createAuto(userId, listener, eventName);
   }
 }

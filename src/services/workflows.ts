@@ -16,6 +16,7 @@ export class WorkflowService {
   constructor(
     private readonly store: WorkflowStore,
     private readonly subscriptions: SubscriptionStore,
+    private readonly events: { dropEmitter(userId: string, emitterId: string): Promise<void> },
   ) {}
 
   /** Registers a workflow on first sight and applies auto-subscriptions before it emits anything. */
@@ -58,5 +59,6 @@ export class WorkflowService {
     const id = parseWorkflowId(rawId);
     if (!(await this.store.delete(userId, id))) throw new NotFoundError(`workflow ${id} not found`);
     await this.subscriptions.deleteNaming(userId, id);
+    await this.events.dropEmitter(userId, id);
   }
 }

@@ -59,10 +59,13 @@ export class SourceStore {
   async claimSlug(userId: string, sourceId: string, name: string, keep?: string): Promise<string> {
     const { redis, keys } = this.ctx;
     const base = slugify(name);
-    if (keep && (keep === base || keep.replace(/-\d+$/, "") === base)) return keep;
+    if (keep === base) return keep;
     for (let attempt = 0; attempt < 20; attempt++) {
+      // The slug the source holds counts as free: renaming "x" to "X!" keeps "x".
       const taken = new Set(await redis.hkeys(keys.sourceSlugs(userId)));
+      if (keep) taken.delete(keep);
       const slug = uniqueSlug(base, (s) => taken.has(s));
+      if (slug === keep) return keep;
       if ((await redis.hsetnx(keys.sourceSlugs(userId), slug, sourceId)) === 1) return slug;
     }
     throw new Error("could not claim a unique slug");

@@ -60,10 +60,10 @@ export class SubscriptionStore {
     return parseStored<SubscriptionRecord>(await this.ctx.redis.hget(this.ctx.keys.subscriptions(userId), id));
   }
 
-  /** Every subscription of the user, oldest first (the list is not paginated). */
+  /** Every subscription of the user, newest first like every list (not paginated). */
   async list(userId: string): Promise<SubscriptionRecord[]> {
     const { redis, keys } = this.ctx;
-    const ids = await redis.zrange(keys.subscriptionOrder(userId), 0, -1);
+    const ids = await redis.zrevrange(keys.subscriptionOrder(userId), 0, -1);
     if (ids.length === 0) return [];
     const raws = await redis.hmget(keys.subscriptions(userId), ...ids);
     return raws.map((r) => parseStored<SubscriptionRecord>(r)).filter((s): s is SubscriptionRecord => s !== undefined);

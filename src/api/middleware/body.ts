@@ -1,6 +1,7 @@
 import { bodyParser } from "@koa/bodyparser";
 import type { Context, Next } from "koa";
-import { UnsupportedMediaTypeError } from "../../domain/errors.js";
+import { UnsupportedMediaTypeError, ValidationError } from "../../domain/errors.js";
+import { exceedsDepth, MAX_JSON_DEPTH } from "../../domain/json-depth.js";
 
 /** True when the request carries a body (a length above zero, or chunked). */
 function hasBody(ctx: Context): boolean {
@@ -29,6 +30,11 @@ export function jsonBody(limitBytes: number) {
         throw err;
       }
     }
-    await parse(ctx, next);
+    await parse(ctx, async () => {
+      if (exceedsDepth((ctx.request as { body?: unknown }).body)) {
+        throw new ValidationError(`request body nests deeper than ${MAX_JSON_DEPTH} levels`, "invalid_body");
+      }
+      await next();
+    });
   };
 }

@@ -34,6 +34,13 @@ export function toAppError(err: unknown): AppError | undefined {
   if (e?.type === "encoding.unsupported" || e?.type === "charset.unsupported") {
     return new ValidationError("request body has an unsupported encoding", "invalid_body");
   }
+  const code = (err as { code?: unknown })?.code;
+  if (typeof code === "string" && /^(Z_|ERR__ERROR_FORMAT|ERR_BROTLI)/.test(code)) {
+    return new ValidationError("request body does not match its Content-Encoding", "invalid_body");
+  }
+  if (e?.type === "encoding.unsupported" && status === 415) {
+    return new AppError(415, "unsupported_media_type", "unsupported Content-Encoding");
+  }
   if (e?.type === "request.aborted") return new ValidationError("request was aborted", "request_aborted");
   if (typeof status === "number" && status >= 400 && status < 500) {
     return new AppError(status, "bad_request", e.expose && e.message ? e.message : "bad request");
@@ -52,6 +59,13 @@ export function errorHandler(logger: Logger) {
       if (ctx.status === 404 && ctx.body === undefined) {
         ctx.status = 404;
         ctx.body = { error: `no route for ${ctx.method} ${ctx.path}`, code: "route_not_found" };
+      } else if ((ctx.status === 405 || ctx.status === 501) && !ctx.body) {
+        const allow = ctx.response.get("allow");
+        ctx.status = 405;
+        ctx.body = {
+          error: `method ${ctx.method} is not allowed on ${ctx.path}${allow ? `; allowed: ${allow}` : ""}`,
+          code: "method_not_allowed",
+        };
       }
     } catch (err) {
       const known = toAppError(err);

@@ -191,7 +191,11 @@ describe("POST /components", () => {
     ["an import of a Node built-in", 'import { readFileSync } from "node:fs"; export default { name: "fs", async run() {} };', /fs/],
     ["an import of a package not on the allowlist", 'import x from "left-pad"; export default { name: "lp", async run() {} };', /left-pad/],
     ["a memory bomb at load", "const a = []; for (;;) a.push(new Array(1e6).fill(1));", /MB|memory|within/],
-    ["a prop named __proto__", 'module.exports = { name: "p", props: JSON.parse(\'{"__proto__": "string"}\'), async run() {} };', /__proto__/],
+    [
+      "a prop named __proto__",
+      'module.exports = { name: "p", props: JSON.parse(\'{"__proto__": "string"}\'), async run() {} };',
+      /__proto__/,
+    ],
     ["a prop without a type", 'module.exports = { name: "p", props: { x: { label: "X" } }, async run() {} };', /prop x/],
   ])("answers 400 quickly with the reason for %s", async (_label, code, reason) => {
     const u = await td.createUser();

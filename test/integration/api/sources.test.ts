@@ -172,7 +172,9 @@ describe("names and slugs", () => {
   it("gives concurrent creates with one name distinct slugs", async () => {
     const u = await td.createUser();
     const c = await createComponent(u.api, HTTP_ESM);
-    const results = await Promise.all(Array.from({ length: 6 }, () => u.api.post("/v1/sources", { json: { component_id: c.id, name: "Race" } })));
+    const results = await Promise.all(
+      Array.from({ length: 6 }, () => u.api.post("/v1/sources", { json: { component_id: c.id, name: "Race" } })),
+    );
     for (const r of results) expectStatus(r, 200);
     expect(results.map((r) => r.body.data.name_slug).sort()).toEqual(["race", "race-2", "race-3", "race-4", "race-5", "race-6"]);
   });
@@ -297,11 +299,14 @@ describe("timer props", () => {
     expect(res.body.data.configured_props.timer).toEqual({ cron: null, interval_seconds: 120 });
   });
 
-  it.each([["*/5 * * * *"], ["0 9 * * 1-5"], ["@hourly"], ["  15 * * * *  "]])("returns cron %j as {cron, interval_seconds: null}", async (cron) => {
-    const res = await timerSource({ cron });
-    expectStatus(res, 200);
-    expect(res.body.data.configured_props.timer).toEqual({ cron: cron.trim(), interval_seconds: null });
-  });
+  it.each([["*/5 * * * *"], ["0 9 * * 1-5"], ["@hourly"], ["  15 * * * *  "]])(
+    "returns cron %j as {cron, interval_seconds: null}",
+    async (cron) => {
+      const res = await timerSource({ cron });
+      expectStatus(res, 200);
+      expect(res.body.data.configured_props.timer).toEqual({ cron: cron.trim(), interval_seconds: null });
+    },
+  );
 
   it.each([
     ["an interval below the minimum", { intervalSeconds: TIMER_MIN - 1 }, new RegExp(`at least ${TIMER_MIN}`)],
@@ -349,7 +354,10 @@ describe("HTTP endpoint URLs", () => {
 
   it("ignores an endpoint_url given by the caller", async () => {
     const u = await td.createUser();
-    const s = await createSource(u.api, { component_code: HTTP_ESM, configured_props: { http: { endpoint_url: "https://evil.example/e/x" } } });
+    const s = await createSource(u.api, {
+      component_code: HTTP_ESM,
+      configured_props: { http: { endpoint_url: "https://evil.example/e/x" } },
+    });
     expect(s.configured_props.http.endpoint_url.startsWith(`${td.url}/e/`)).toBe(true);
   });
 
@@ -451,7 +459,9 @@ describe("PUT /sources/{id}", () => {
     const u = await td.createUser();
     const s = await createSource(u.api, { component_code: HTTP_ESM });
     expectError(await u.api.put(`/v1/sources/${s.id}`, { json: { component_code: TYPED_PROPS } }), 400, /url/);
-    const ok = await u.api.put(`/v1/sources/${s.id}`, { json: { component_code: TYPED_PROPS, configured_props: { url: "https://z.test" } } });
+    const ok = await u.api.put(`/v1/sources/${s.id}`, {
+      json: { component_code: TYPED_PROPS, configured_props: { url: "https://z.test" } },
+    });
     expectStatus(ok, 200);
     expect(ok.body.data.configured_props).toEqual({ url: "https://z.test" });
   });
@@ -670,7 +680,10 @@ describe("GET /users/me/sources", () => {
     const u = await td.createUser();
     const res = await u.api.post("/v1/sources", { query: { include: "id,active" }, json: { component_code: HTTP_ESM } });
     expect(Object.keys(res.body.data).sort()).toEqual(["active", "id"]);
-    const put = await u.api.put(`/v1/sources/${res.body.data.id}`, { query: { exclude: "configured_props" }, json: { component_code: HTTP_ESM } });
+    const put = await u.api.put(`/v1/sources/${res.body.data.id}`, {
+      query: { exclude: "configured_props" },
+      json: { component_code: HTTP_ESM },
+    });
     expect(put.body.data.configured_props).toBeUndefined();
     expect(put.body.data.id).toBe(res.body.data.id);
   });

@@ -69,7 +69,11 @@ describe("POST /webhooks", () => {
       const wh = new Webhook(w.signing_secret);
       const now = new Date();
       const signature = wh.sign("msg_1", now, '{"ok":true}');
-      const headers = { "webhook-id": "msg_1", "webhook-timestamp": String(Math.floor(now.getTime() / 1000)), "webhook-signature": signature };
+      const headers = {
+        "webhook-id": "msg_1",
+        "webhook-timestamp": String(Math.floor(now.getTime() / 1000)),
+        "webhook-signature": signature,
+      };
       expect(wh.verify('{"ok":true}', headers)).toEqual({ ok: true });
     }
     expect(a.signing_secret).not.toBe(b.signing_secret);
@@ -96,15 +100,13 @@ describe("POST /webhooks", () => {
     expect((await createWebhook(u.api, url)).url).toBe(url);
   });
 
-  it.each([
-    ["http://localhost/x"],
-    ["http://127.0.0.1:9999/hook"],
-    ["http://[::1]:8080/"],
-    ["https://sub.domain.example.co.uk/a/b/c"],
-  ])("accepts %s", async (url) => {
-    const u = await td.createUser();
-    expect((await createWebhook(u.api, url)).url).toBe(url);
-  });
+  it.each([["http://localhost/x"], ["http://127.0.0.1:9999/hook"], ["http://[::1]:8080/"], ["https://sub.domain.example.co.uk/a/b/c"]])(
+    "accepts %s",
+    async (url) => {
+      const u = await td.createUser();
+      expect((await createWebhook(u.api, url)).url).toBe(url);
+    },
+  );
 
   it.each([
     ["no protocol", "example.com"],
@@ -281,7 +283,7 @@ describe("POST /subscriptions", () => {
     expect(res.body.data.id).toMatch(/^sub_[A-Za-z0-9]{10,}$/);
   });
 
-  it("is idempotent on the triple, and treats \"\" and \"default\" as one channel", async () => {
+  it('is idempotent on the triple, and treats "" and "default" as one channel', async () => {
     const u = await td.createUser();
     const w = await createWebhook(u.api, "https://example.com/idem");
     const p = workflowId();
@@ -299,7 +301,9 @@ describe("POST /subscriptions", () => {
     const u = await td.createUser();
     const w = await createWebhook(u.api, "https://example.com/race");
     const p = workflowId();
-    const results = await Promise.all(Array.from({ length: 8 }, () => u.api.post("/v1/subscriptions", { query: { emitter_id: p, listener_id: w.id } })));
+    const results = await Promise.all(
+      Array.from({ length: 8 }, () => u.api.post("/v1/subscriptions", { query: { emitter_id: p, listener_id: w.id } })),
+    );
     for (const r of results) expectStatus(r, 200);
     expect(new Set(results.map((r) => r.body.data.id)).size).toBe(1);
     expect((await u.api.get("/v1/users/me/subscriptions")).body.data).toHaveLength(1);
@@ -442,7 +446,7 @@ describe("DELETE /subscriptions", () => {
     expectError(await u.api.del("/v1/subscriptions", { query: { emitter_id: p, listener_id: w.id, event_name: "" } }), 404);
   });
 
-  it("treats an absent event_name, \"\" and \"default\" as the same channel", async () => {
+  it('treats an absent event_name, "" and "default" as the same channel', async () => {
     const u = await td.createUser();
     const w = await createWebhook(u.api, "https://example.com/chan");
     const p = workflowId();
@@ -542,7 +546,11 @@ describe("POST /auto_subscriptions", () => {
     const wa = await createWebhook(a.api, "https://example.com/a");
     expectError(await a.api.post("/v1/auto_subscriptions", { query: { listener_id: wa.id } }), 400, /event_name/);
     expectError(await a.api.post("/v1/auto_subscriptions", { query: { event_name: "$errors" } }), 400, /listener_id/);
-    expectError(await a.api.post("/v1/auto_subscriptions", { query: { event_name: "$errors", listener_id: "banana" } }), 400, /listener_id/);
+    expectError(
+      await a.api.post("/v1/auto_subscriptions", { query: { event_name: "$errors", listener_id: "banana" } }),
+      400,
+      /listener_id/,
+    );
     expectError(await a.api.post("/v1/auto_subscriptions", { query: { event_name: "$errors", listener_id: absentId("wh_") } }), 404);
     expectError(await b.api.post("/v1/auto_subscriptions", { query: { event_name: "$errors", listener_id: wa.id } }), 404);
     // Nothing was recorded for b: a new source of b's gets no subscription.

@@ -168,7 +168,11 @@ export async function seedSourceEvents(
     emitterId: sourceId,
     emitterKind: "source",
     channel,
-    events: payloads.map((p, i) => ({ payload: p, meta: { summary: `seed ${i}` }, emitId: `emit_seed${i}${randomBytes(4).toString("hex")}` })),
+    events: payloads.map((p, i) => ({
+      payload: p,
+      meta: { summary: `seed ${i}` },
+      emitId: `emit_seed${i}${randomBytes(4).toString("hex")}`,
+    })),
     acceptedAtMs: Date.now(),
   });
 }

@@ -5,26 +5,32 @@ import path from "node:path";
 import { Queue } from "bullmq";
 import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { FANOUT_GROUP } from "../../../src/events/fanout.js";
+import { deliveryIdFor, FANOUT_GROUP } from "../../../src/events/fanout.js";
 import { QUEUES } from "../../../src/queue/catalog.js";
-import { freePort, startEmbeddedRedis, type EmbeddedRedis } from "../../../src/redis/embedded.js";
+import { type EmbeddedRedis, freePort, startEmbeddedRedis } from "../../../src/redis/embedded.js";
 import { createKeys } from "../../../src/store/keys.js";
-import { client, type Client } from "../../helpers/daemon.js";
+import { client } from "../../helpers/daemon.js";
 import { type DaemonChild, killAll, spawnDaemon, startRedisServer, waitForReady, waitWhileRunning } from "../../helpers/process.js";
 import { type Receiver, startReceiver, waitFor } from "../../helpers/receiver.js";
 
 /**
  * The at-least-once promise of SPEC §6, proved with real processes: the daemon runs as separate
  * `ROLES=api` and `ROLES=worker` children against a private redis-server with an append-only file,
- * and the tests SIGKILL a worker, an api process, or Redis itself in the middle of a burst. Every
+ * and each test SIGKILLs a worker, an api process or Redis itself in the middle of a burst. Every
  * event the api acknowledged with 202 must reach the receiver at least once; duplicates are
- * allowed and reported.
+ * allowed and reported (`[durability]` lines in the output).
  */
 
 const ADMIN_TOKEN = `admin-${randomBytes(8).toString("hex")}`;
 const TOTAL_EVENTS = 2000;
-/** How long the receiver may take to see every acknowledged event once workers are back. */
-const DRAIN_DEADLINE_MS = 60_000;
+/**
+ * How long the receiver may take, from the replacement worker's start, to have seen every
+ * acknowledged event. Jobs that were active in a SIGKILLed worker come back through BullMQ's
+ * stalled-job check (daemon defaults: lockDuration and stalledInterval 30 s): the first check that
+ * is not skipped marks them, the next one moves them back to wait, so recovery takes up to about
+ * 2 x 30 s. Outbox entries the dead consumer had read come back by XAUTOCLAIM after 15 s idle.
+ */
+const DRAIN_DEADLINE_MS = 75_000;
 
 let redis: EmbeddedRedis;
 let dataDir: string;
@@ -52,7 +58,7 @@ afterAll(async () => {
 });
 
 // ---------------------------------------------------------------------------------------------
-// Daemon processes
+// Processes and Redis
 
 function daemonEnv(redisUrl: string, prefix: string, roles: string, port: number): Record<string, string> {
   return {
@@ -75,9 +81,9 @@ async function startApi(redisUrl: string, prefix: string, name: string): Promise
 }
 
 /**
- * A worker has no HTTP. It is ready once a new Redis client of its own sits in the fan-out's
- * XREADGROUP (a consumer only shows in XINFO CONSUMERS after it has read an entry, so that
- * cannot tell an idle worker apart from a dead one).
+ * A worker has no HTTP. It is ready once a new Redis client sits in the fan-out's XREADGROUP (a
+ * consumer only shows in XINFO CONSUMERS after it has read an entry, so that cannot tell an idle
+ * worker from a dead one).
  */
 async function startWorker(redisUrl: string, prefix: string, name: string, conn: Redis): Promise<DaemonChild> {
   const before = new Set(await outboxReaders(conn));
@@ -95,6 +101,7 @@ async function outboxReaders(conn: Redis): Promise<string[]> {
     .map((line) => /^id=(\d+)/.exec(line)?.[1] ?? "");
 }
 
+/** A connection of the test's own, quiet while Redis is being killed and restarted. */
 function connect(url: string): Redis {
   const c = new Redis(url, { maxRetriesPerRequest: null });
   c.on("error", () => {});
@@ -102,24 +109,44 @@ function connect(url: string): Redis {
   return c;
 }
 
+function deliveryQueue(conn: Redis, prefix: string): Queue {
+  const c = conn.duplicate();
+  c.on("error", () => {});
+  conns.push(c);
+  const q = new Queue(QUEUES.delivery, { connection: c, prefix: createKeys(prefix).bullPrefix });
+  q.on("error", () => {});
+  queues.push(q);
+  return q;
+}
+
 /** What a worker leaves behind when it dies: outbox entries read but not acknowledged, and jobs. */
 async function inFlight(conn: Redis, prefix: string) {
   const keys = createKeys(prefix);
-  const q = new Queue(QUEUES.delivery, { connection: conn.duplicate(), prefix: keys.bullPrefix });
-  queues.push(q);
   const [outboxLength, pending, counts] = await Promise.all([
     conn.xlen(keys.outbox()),
     conn.xpending(keys.outbox(), FANOUT_GROUP).then((r) => Number((r as unknown[])[0] ?? 0)),
-    q.getJobCounts("active", "wait", "delayed", "prioritized"),
+    deliveryQueue(conn, prefix).getJobCounts("active", "wait", "delayed", "prioritized"),
   ]);
-  return { outboxLength, outboxPending: pending, activeJobs: counts.active ?? 0, waitingJobs: (counts.wait ?? 0) + (counts.prioritized ?? 0) };
+  return {
+    outboxEntries: outboxLength,
+    outboxReadNotAcked: pending,
+    activeJobs: counts.active ?? 0,
+    waitingJobs: (counts.wait ?? 0) + (counts.prioritized ?? 0) + (counts.delayed ?? 0),
+  };
 }
 
 // ---------------------------------------------------------------------------------------------
 // The burst
 
+interface Provisioned {
+  apiKey: string;
+  userId: string;
+  workflowId: string;
+  webhookId: string;
+}
+
 /** A user with a webhook at `rx.url(hookPath)` subscribed to workflow `p_burst`. */
-async function provision(apiUrl: string, hookPath: string): Promise<{ apiKey: string; workflowId: string; webhookId: string }> {
+async function provision(apiUrl: string, hookPath: string): Promise<Provisioned> {
   const admin = client(apiUrl, ADMIN_TOKEN);
   const tag = randomBytes(4).toString("hex");
   const user = await admin.post("/admin/users", { json: { username: `crash${tag}`, email: `crash${tag}@example.com`, plan: "paid" } });
@@ -130,7 +157,7 @@ async function provision(apiUrl: string, hookPath: string): Promise<{ apiKey: st
   const workflowId = "p_burst";
   const sub = await api.post("/v1/subscriptions", { json: { emitter_id: workflowId, listener_id: hook.body.data.id } });
   expect(sub.status, sub.text).toBe(200);
-  return { apiKey: user.body.data.api_key, workflowId, webhookId: hook.body.data.id };
+  return { apiKey: user.body.data.api_key, userId: user.body.data.id, workflowId, webhookId: hook.body.data.id };
 }
 
 /** Request sizes for the burst: batches of several sizes interleaved with singles. */
@@ -149,28 +176,30 @@ function burstPlan(total: number): number[] {
 interface BurstResult {
   /** Event ids from 202 answers. */
   acked: Set<string>;
-  /** Requests that got no 202 (connection reset by a kill, 5xx): their events' fate is unknown. */
+  /** Requests without a 202 (connection cut by a kill, 5xx): the fate of their events is unknown. */
   failedRequests: number;
   failedEvents: number;
+  /** Status and body of the first request without a 202, for failure messages. */
+  firstFailure?: string;
 }
 
+const newResult = (): BurstResult => ({ acked: new Set(), failedRequests: 0, failedEvents: 0 });
+
 /**
- * Sends `plan` through `lanes` concurrent request loops. `gates` maps a count of events handed
- * out to a step that must finish before any lane hands out more (kill a process, start another).
- * `apiUrl()` is read per request, so a gate can switch the lanes to another api process.
+ * Sends `plan` through 4 concurrent request loops. A gate is a step (kill a process, start
+ * another) that runs once `atEvents` events have been handed out; no lane hands out more until it
+ * has finished. `apiUrl()` is read per request, so a gate can move the lanes to another process.
  */
 async function burst(opts: {
   plan: number[];
-  lanes: number;
-  apiKeyClient: (url: string) => Client;
+  apiKey: string;
   apiUrl: () => string;
   workflowId: string;
   gates: { atEvents: number; step: () => Promise<void> }[];
-  /** Filled as answers arrive, so a gate can read the progress so far. */
   result?: BurstResult;
 }): Promise<BurstResult> {
-  const result: BurstResult = opts.result ?? { acked: new Set(), failedRequests: 0, failedEvents: 0 };
-  const gates = [...opts.gates].sort((a, b) => a.atEvents - b.atEvents).map((g) => ({ ...g, done: undefined as Promise<void> | undefined }));
+  const result = opts.result ?? newResult();
+  const gates = opts.gates.map((g) => ({ ...g, done: undefined as Promise<void> | undefined }));
   let next = 0;
   let handedOut = 0;
   let seq = 0;
@@ -182,15 +211,15 @@ async function burst(opts: {
           await g.done;
         }
       }
-      const i = next++;
-      const size = opts.plan[i];
+      const size = opts.plan[next++];
       if (size === undefined) return;
       handedOut += size;
       const events = Array.from({ length: size }, () => ({ event: { seq: seq++, pad: "x".repeat(64) } }));
-      const body = size === 1 ? events[0] : { events };
-      const api = opts.apiKeyClient(opts.apiUrl());
-      const res = await api.post(`/v1/workflows/${opts.workflowId}/events`, { json: body }).catch(() => undefined);
+      const res = await client(opts.apiUrl(), opts.apiKey)
+        .post(`/v1/workflows/${opts.workflowId}/events`, { json: size === 1 ? events[0] : { events } })
+        .catch(() => undefined);
       if (res?.status !== 202) {
+        result.firstFailure ??= res ? `${res.status} ${res.text.slice(0, 200)}` : "no answer";
         result.failedRequests++;
         result.failedEvents += size;
         continue;
@@ -199,12 +228,8 @@ async function burst(opts: {
       for (const d of Array.isArray(data) ? data : [data]) result.acked.add(d.id);
     }
   };
-  await Promise.all(Array.from({ length: opts.lanes }, lane));
-  // A gate past the last event still runs (e.g. start the replacement worker).
-  for (const g of gates) {
-    g.done ??= g.step();
-    await g.done;
-  }
+  await Promise.all(Array.from({ length: 4 }, lane));
+  for (const g of gates) await (g.done ??= g.step());
   return result;
 }
 
@@ -223,31 +248,58 @@ function tally(hookPath: string): Tally {
   return { unique, received: reqs.length };
 }
 
-/** Waits until every acknowledged id has reached the receiver; fails with the missing ones and the logs. */
-async function expectAllDelivered(hookPath: string, acked: Set<string>, logs: () => string): Promise<{ drainMs: number; tally: Tally }> {
-  const started = Date.now();
-  try {
-    await waitFor(
-      () => {
-        const t = tally(hookPath);
-        for (const id of acked) if (!t.unique.has(id)) return false;
-        return true;
-      },
-      { timeoutMs: DRAIN_DEADLINE_MS, intervalMs: 100, what: `all ${acked.size} acknowledged events at ${hookPath}` },
-    );
-  } catch (err) {
-    const t = tally(hookPath);
-    const missing = [...acked].filter((id) => !t.unique.has(id));
-    throw new Error(
-      `${(err as Error).message}\n${missing.length} of ${acked.size} acknowledged events never arrived, e.g. ${missing.slice(0, 10).join(", ")}\n--- logs ---\n${logs()}`,
+/** Where missing events are stuck: outbox, fan-out pending list, delivery job state, attempt log. */
+async function whereAre(ids: string[], conn: Redis, prefix: string, p: Provisioned): Promise<string> {
+  const keys = createKeys(prefix);
+  const q = deliveryQueue(conn, prefix);
+  const outbox = (await conn.xrange(keys.outbox(), "-", "+")) as [string, string[]][];
+  const pending = (await conn.xpending(keys.outbox(), FANOUT_GROUP, "-", "+", 10_000)) as [string, string, number, number][];
+  const lines = [`outbox ${outbox.length} entries, ${pending.length} read but not acked; jobs ${JSON.stringify(await q.getJobCounts())}`];
+  for (const id of ids.slice(0, 5)) {
+    const deliveryId = deliveryIdFor({ userId: p.userId, emitterId: p.workflowId, channel: "", eventId: id }, p.webhookId);
+    const job = await q.getJob(deliveryId);
+    const inOutbox = outbox.some(([, f]) => f[f.indexOf("i") + 1] === id);
+    lines.push(
+      `${id}: in outbox ${inOutbox}; job ${deliveryId} ${await q.getJobState(deliveryId)} attemptsMade=${job?.attemptsMade}` +
+        ` processedOn=${job?.processedOn} failedReason=${job?.failedReason}; attempt log ${(await conn.get(keys.delivery(p.userId, deliveryId)))?.slice(0, 200) ?? "-"}`,
     );
   }
-  const t = tally(hookPath);
-  return { drainMs: Date.now() - started, tally: t };
+  return lines.join("\n");
+}
+
+/**
+ * Waits until every acknowledged id has reached the receiver, at most DRAIN_DEADLINE_MS after
+ * `since`; fails naming the missing events, where they are stuck, and the processes' logs.
+ */
+async function expectAllDelivered(
+  hookPath: string,
+  acked: Set<string>,
+  since: number,
+  diagnose: (missing: string[]) => Promise<string>,
+  logs: () => string,
+): Promise<{ drainMs: number; tally: Tally }> {
+  const missingNow = () => {
+    const t = tally(hookPath);
+    return [...acked].filter((id) => !t.unique.has(id));
+  };
+  try {
+    await waitFor(() => missingNow().length === 0, {
+      timeoutMs: Math.max(1, since + DRAIN_DEADLINE_MS - Date.now()),
+      intervalMs: 100,
+      what: `all ${acked.size} acknowledged events at ${hookPath}`,
+    });
+  } catch (err) {
+    const missing = missingNow();
+    const where = await diagnose(missing).catch((e: Error) => `(could not inspect Redis: ${e.message})`);
+    throw new Error(
+      `${(err as Error).message}\n${missing.length} of ${acked.size} acknowledged events never arrived, e.g. ${missing.slice(0, 10).join(", ")}\n${where}\n--- logs ---\n${logs()}`,
+    );
+  }
+  return { drainMs: Date.now() - since, tally: tally(hookPath) };
 }
 
 function report(name: string, numbers: Record<string, unknown>): void {
-  // The measured numbers are part of what this file proves; keep them in the test output.
+  // The measured numbers are part of what this file shows; keep them in the test output.
   console.info(`[durability] ${name}: ${JSON.stringify(numbers)}`);
 }
 
@@ -257,28 +309,29 @@ describe("at-least-once delivery across crashes (SPEC §6)", () => {
   it(
     "delivers every acknowledged event when the worker is SIGKILLed mid-burst and a new one takes over",
     async () => {
-      const prefix = `crashw${randomBytes(3).toString("hex")}`;
+      const prefix = `crw${randomBytes(3).toString("hex")}`;
       const conn = connect(redis.url);
       const hookPath = "/crash-worker";
-      const api = await startApi(redis.url, prefix, "api");
-      let worker = await startWorker(redis.url, prefix, "worker-1", conn);
-      const { workflowId, apiKey } = await provision(api.url, hookPath);
-      const plan = burstPlan(TOTAL_EVENTS);
+      const [api, oldWorker] = await Promise.all([
+        startApi(redis.url, prefix, "api"),
+        startWorker(redis.url, prefix, "worker-1", conn),
+      ]);
+      let newWorker: DaemonChild | undefined;
+      let newWorkerAt = 0;
+      const p = await provision(api.url, hookPath);
       let atKill: Record<string, unknown> = {};
-      const oldWorker = worker;
-      const t0 = Date.now();
+      const started = Date.now();
       const res = await burst({
-        plan,
-        lanes: 4,
-        apiKeyClient: (url) => client(url, apiKey),
+        plan: burstPlan(TOTAL_EVENTS),
+        apiKey: p.apiKey,
         apiUrl: () => api.url,
-        workflowId,
+        workflowId: p.workflowId,
         gates: [
           {
-            // Kill once the receiver has seen deliveries, while half the burst is still to come.
+            // Killed once deliveries flow, with half of the burst still to come.
             atEvents: TOTAL_EVENTS / 2,
             step: async () => {
-              await waitFor(() => tally(hookPath).received >= 100, { timeoutMs: 20_000, what: "first 100 deliveries" });
+              await waitFor(() => tally(hookPath).received >= 100, { timeoutMs: 20_000, what: "the first 100 deliveries" });
               const before = await inFlight(conn, prefix);
               const delivered = tally(hookPath).unique.size;
               await oldWorker.kill("SIGKILL");
@@ -289,16 +342,23 @@ describe("at-least-once delivery across crashes (SPEC §6)", () => {
             // The replacement starts while the burst is still going.
             atEvents: (TOTAL_EVENTS * 3) / 4,
             step: async () => {
-              worker = await startWorker(redis.url, prefix, "worker-2", conn);
+              newWorkerAt = Date.now();
+              newWorker = await startWorker(redis.url, prefix, "worker-2", conn);
             },
           },
         ],
       });
-      const burstMs = Date.now() - t0;
+      const burstMs = Date.now() - started;
       expect(oldWorker.hasExited()).toBe(true);
-      expect(res.failedRequests).toBe(0);
+      expect(res.failedRequests, res.firstFailure).toBe(0);
       expect(res.acked.size).toBe(TOTAL_EVENTS);
-      const { drainMs, tally: t } = await expectAllDelivered(hookPath, res.acked, () => [api.logs(), oldWorker.logs(), worker.logs()].join("\n"));
+      const { drainMs, tally: t } = await expectAllDelivered(
+        hookPath,
+        res.acked,
+        newWorkerAt,
+        (missing) => whereAre(missing, conn, prefix, p),
+        () => [api.logs(), oldWorker.logs(), newWorker?.logs()].join("\n"),
+      );
       report("worker SIGKILL", {
         acknowledged: res.acked.size,
         deliveredUnique: t.unique.size,
@@ -306,9 +366,8 @@ describe("at-least-once delivery across crashes (SPEC §6)", () => {
         duplicates: t.received - t.unique.size,
         atKill,
         burstMs,
-        drainMsAfterBurst: drainMs,
+        drainMsFromReplacementStart: drainMs,
       });
-      expect(t.unique.size).toBeGreaterThanOrEqual(res.acked.size);
     },
     90_000,
   );
@@ -316,26 +375,24 @@ describe("at-least-once delivery across crashes (SPEC §6)", () => {
   it(
     "delivers every event acknowledged before the api process was SIGKILLed mid-burst",
     async () => {
-      const prefix = `crasha${randomBytes(3).toString("hex")}`;
+      const prefix = `cra${randomBytes(3).toString("hex")}`;
       const conn = connect(redis.url);
       const hookPath = "/crash-api";
-      let api = await startApi(redis.url, prefix, "api-1");
-      const first = api;
-      const worker = await startWorker(redis.url, prefix, "worker", conn);
-      const { workflowId, apiKey } = await provision(api.url, hookPath);
+      const [first, worker] = await Promise.all([startApi(redis.url, prefix, "api-1"), startWorker(redis.url, prefix, "worker", conn)]);
+      let api = first;
+      const p = await provision(api.url, hookPath);
+      const result = newResult();
       let ackedBeforeKill = 0;
-      const result: BurstResult = { acked: new Set(), failedRequests: 0, failedEvents: 0 };
-      const t0 = Date.now();
+      const started = Date.now();
       await burst({
         result,
         plan: burstPlan(TOTAL_EVENTS),
-        lanes: 4,
-        apiKeyClient: (url) => client(url, apiKey),
+        apiKey: p.apiKey,
         apiUrl: () => api.url,
-        workflowId,
+        workflowId: p.workflowId,
         gates: [
           {
-            // Requests of the other lanes are in flight when the kill lands: those are not acknowledged.
+            // The other lanes' requests are in flight when the kill lands; they get no 202.
             atEvents: TOTAL_EVENTS / 2,
             step: async () => {
               ackedBeforeKill = result.acked.size;
@@ -345,22 +402,31 @@ describe("at-least-once delivery across crashes (SPEC §6)", () => {
           },
         ],
       });
-      const burstMs = Date.now() - t0;
+      const burstMs = Date.now() - started;
       expect(first.hasExited()).toBe(true);
-      // Everything after the restart is acknowledged; only requests caught by the kill may fail.
+      expect(ackedBeforeKill).toBeGreaterThan(0);
+      // Only requests cut by the kill (at most one per other lane) may lack a 202.
+      expect(result.failedRequests, result.firstFailure).toBeLessThanOrEqual(3);
       expect(result.acked.size + result.failedEvents).toBe(TOTAL_EVENTS);
-      expect(result.failedRequests).toBeLessThanOrEqual(4);
-      const { drainMs, tally: t } = await expectAllDelivered(hookPath, result.acked, () => [first.logs(), api.logs(), worker.logs()].join("\n"));
+      const { drainMs, tally: t } = await expectAllDelivered(
+        hookPath,
+        result.acked,
+        started,
+        (missing) => whereAre(missing, conn, prefix, p),
+        () => [first.logs(), api.logs(), worker.logs()].join("\n"),
+      );
+      const unknownDelivered = [...t.unique].filter((id) => !result.acked.has(id)).length;
       report("api SIGKILL", {
         acknowledged: result.acked.size,
         ackedBeforeKill,
         requestsCutByKill: result.failedRequests,
-        eventsWithUnknownFate: result.failedEvents,
+        eventsOfCutRequests: result.failedEvents,
+        deliveredThoughNotAcknowledged: unknownDelivered,
         deliveredUnique: t.unique.size,
         received: t.received,
         duplicates: t.received - t.unique.size,
         burstMs,
-        drainMsAfterBurst: drainMs,
+        drainMsFromBurstStart: drainMs,
       });
     },
     90_000,
@@ -369,59 +435,60 @@ describe("at-least-once delivery across crashes (SPEC §6)", () => {
   it(
     "delivers every acknowledged event after Redis is SIGKILLed and restarted from its append-only file",
     async () => {
-      const prefix = `crashr${randomBytes(3).toString("hex")}`;
+      const prefix = `crr${randomBytes(3).toString("hex")}`;
       const dir = path.join(dataDir, "restart");
       const port = await freePort();
       let server = await startRedisServer({ dir, port, appendfsync: "always", name: "redis-1" });
       const conn = connect(server.url);
       const hookPath = "/crash-redis";
-      const api = await startApi(server.url, prefix, "api");
-      const worker1 = await startWorker(server.url, prefix, "worker-1", conn);
-      const { workflowId, apiKey } = await provision(api.url, hookPath);
-      let atKill: Record<string, unknown> = {};
+      const [api, worker1] = await Promise.all([startApi(server.url, prefix, "api"), startWorker(server.url, prefix, "worker-1", conn)]);
+      const p = await provision(api.url, hookPath);
+      let atWorkerKill: Record<string, unknown> = {};
       const res = await burst({
         plan: burstPlan(TOTAL_EVENTS),
-        lanes: 4,
-        apiKeyClient: (url) => client(url, apiKey),
+        apiKey: p.apiKey,
         apiUrl: () => api.url,
-        workflowId,
+        workflowId: p.workflowId,
         gates: [
           {
             // Workers stop mid-burst; the second half is accepted with no worker running.
             atEvents: TOTAL_EVENTS / 2,
             step: async () => {
-              await waitFor(() => tally(hookPath).received >= 100, { timeoutMs: 20_000, what: "first 100 deliveries" });
+              await waitFor(() => tally(hookPath).received >= 100, { timeoutMs: 20_000, what: "the first 100 deliveries" });
               await worker1.kill("SIGKILL");
-              atKill = await inFlight(conn, prefix);
+              atWorkerKill = await inFlight(conn, prefix);
             },
           },
         ],
       });
-      expect(res.failedRequests).toBe(0);
+      expect(res.failedRequests, res.firstFailure).toBe(0);
       expect(res.acked.size).toBe(TOTAL_EVENTS);
       const undeliveredAtRedisKill = [...res.acked].filter((id) => !tally(hookPath).unique.has(id)).length;
-      // At least the half accepted without a worker is still waiting.
+      // At least the half accepted while no worker ran is waiting between acceptance and delivery.
       expect(undeliveredAtRedisKill).toBeGreaterThanOrEqual(TOTAL_EVENTS / 2);
 
-      const redisKill = await server.kill("SIGKILL");
-      expect(redisKill.signal).toBe("SIGKILL");
+      expect((await server.kill("SIGKILL")).signal).toBe("SIGKILL");
       server = await startRedisServer({ dir, port, appendfsync: "always", name: "redis-2" });
       const afterRestart = await inFlight(conn, prefix);
-      // The api reconnects on its own.
-      await waitForReady(api);
+      await waitForReady(api); // the api reconnects on its own
+      const worker2At = Date.now();
       const worker2 = await startWorker(server.url, prefix, "worker-2", conn);
-      const { drainMs, tally: t } = await expectAllDelivered(hookPath, res.acked, () =>
-        [server.logs(), api.logs(), worker1.logs(), worker2.logs()].join("\n"),
+      const { drainMs, tally: t } = await expectAllDelivered(
+        hookPath,
+        res.acked,
+        worker2At,
+        (missing) => whereAre(missing, conn, prefix, p),
+        () => [server.logs(), api.logs(), worker1.logs(), worker2.logs()].join("\n"),
       );
       report("redis SIGKILL + restart", {
         acknowledged: res.acked.size,
         undeliveredAtRedisKill,
-        atWorkerKill: atKill,
+        atWorkerKill,
         afterRedisRestart: afterRestart,
         deliveredUnique: t.unique.size,
         received: t.received,
         duplicates: t.received - t.unique.size,
-        drainMsAfterWorkerStart: drainMs,
+        drainMsFromWorkerStart: drainMs,
       });
     },
     90_000,

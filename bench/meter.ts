@@ -1,0 +1,46 @@
+import type { Redis } from "ioredis";
+import { type CpuShares, cpuMeter } from "./cpu.js";
+
+/** What one measured phase cost: CPU per process and Redis commands, also per unit of work. */
+export interface Cost {
+  /** % of one core per process over the phase, plus `other` (the rest of the machine). */
+  readonly pct: CpuShares;
+  /** CPU microseconds per unit of work (request, event, delivery), per process. */
+  readonly usPerUnit: CpuShares;
+  /** Redis commands per unit of work (every client: the daemon's, BullMQ's, the bench's few). */
+  readonly redisPerUnit: number;
+  /** The busiest Redis commands, per unit. */
+  readonly redisTop: [string, number][];
+}
+
+async function commandCalls(redis: Redis): Promise<Map<string, number>> {
+  const text = await redis.info("commandstats");
+  const out = new Map<string, number>();
+  for (const m of text.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) out.set(m[1] as string, Number(m[2]));
+  return out;
+}
+
+/** Starts measuring; `stop(units)` returns the cost of the phase, divided by `units` where it says so. */
+export async function startMeter(pids: Record<string, number | undefined>, redis: Redis | undefined): Promise<(units: number) => Promise<Cost>> {
+  const before = redis ? await commandCalls(redis) : new Map<string, number>();
+  const cpu = cpuMeter(pids);
+  return async (units) => {
+    const { pct, wallMs } = cpu();
+    const after = redis ? await commandCalls(redis) : new Map<string, number>();
+    const delta: [string, number][] = [];
+    for (const [cmd, n] of after) {
+      const d = n - (before.get(cmd) ?? 0) - (cmd === "info" ? 1 : 0);
+      if (d > 0) delta.push([cmd, d]);
+    }
+    delta.sort((a, b) => b[1] - a[1]);
+    const per = (n: number) => (units > 0 ? n / units : Number.NaN);
+    const usPerUnit: CpuShares = {};
+    for (const [k, v] of Object.entries(pct)) if (k !== "other") usPerUnit[k] = per((v / 100) * wallMs * 1000);
+    return {
+      pct,
+      usPerUnit,
+      redisPerUnit: per(delta.reduce((a, [, n]) => a + n, 0)),
+      redisTop: delta.slice(0, 8).map(([c, n]) => [c, per(n)]),
+    };
+  };
+}

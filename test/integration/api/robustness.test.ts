@@ -1,0 +1,709 @@
+import { gzipSync } from "node:zlib";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
+import {
+  b64url,
+  createComponent,
+  createSource,
+  createWebhook,
+  emit,
+  expectError,
+  expectStatus,
+  HTTP_ESM,
+  type Json,
+  subscribe,
+  TYPED_PROPS,
+  workflowId,
+} from "./support.js";
+
+/**
+ * The HTTP error contract of SPEC §2 (no input produces a 5xx; every error is `{error, code}`),
+ * checked case by case and then by a seeded fuzz run over every route.
+ */
+
+const BODY_LIMIT = 512 * 1024;
+
+let td: TestDaemon;
+
+beforeAll(async () => {
+  td = await startTestDaemon();
+});
+
+afterAll(async () => {
+  await td?.close();
+});
+
+interface RawReply {
+  status: number;
+  headers: Headers;
+  text: string;
+  body: Json;
+}
+
+/** A request with full control over method, headers and body bytes (the helper client sends JSON text only). */
+async function raw(
+  method: string,
+  path: string,
+  opts: { key?: string; headers?: Record<string, string>; body?: string | Buffer | ReadableStream<Uint8Array> } = {},
+): Promise<RawReply> {
+  const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+  if (opts.key) headers.authorization = `Bearer ${opts.key}`;
+  const init: RequestInit & { duplex?: "half" } = { method, headers, redirect: "manual" };
+  if (opts.body !== undefined) {
+    init.body = opts.body as RequestInit["body"];
+    if (opts.body instanceof ReadableStream) init.duplex = "half";
+  }
+  const res = await fetch(td.url + path, init);
+  const text = await res.text();
+  let body: Json;
+  try {
+    body = text ? JSON.parse(text) : undefined;
+  } catch {
+    body = undefined;
+  }
+  return { status: res.status, headers: res.headers, text, body };
+}
+
+const JSON_TYPE = { "content-type": "application/json" };
+
+/** A JSON text of exactly `bytes` bytes: {"component_code":"xxx…"}. */
+function jsonOfSize(bytes: number, key = "component_code"): string {
+  const shell = `{"${key}":""}`.length;
+  return `{"${key}":"${"x".repeat(bytes - shell)}"}`;
+}
+
+/** A body sent in chunks, without a content-length (transfer-encoding: chunked). */
+function chunked(text: string, chunkBytes = 64 * 1024): ReadableStream<Uint8Array> {
+  const bytes = Buffer.from(text);
+  let offset = 0;
+  return new ReadableStream({
+    pull(controller) {
+      if (offset >= bytes.length) return controller.close();
+      controller.enqueue(bytes.subarray(offset, offset + chunkBytes));
+      offset += chunkBytes;
+    },
+  });
+}
+
+describe("the error contract", () => {
+  it("answers unknown routes with a 404 JSON error", async () => {
+    const u = await td.createUser();
+    for (const path of ["/v1/no/such/route", "/nope", "/v2/users/me", "/v1/users/me/extra", "/v1", "/", "/v1/webhooks/wh_x/y/z"]) {
+      const res = await u.api.get(path);
+      expectError(res, 404);
+      expect(res.body.code).toBe("route_not_found");
+    }
+  });
+
+  it.each([
+    ["DELETE", "/v1/users/me", ["GET"]],
+    ["POST", "/v1/users/me/sources", ["GET"]],
+    ["GET", "/v1/sources", ["POST"]],
+    ["PATCH", "/v1/sources/dc_abcdefghijkl", ["PUT", "DELETE"]],
+    ["GET", "/v1/subscriptions", ["POST", "DELETE"]],
+    ["PUT", "/v1/components", ["POST"]],
+    ["GET", "/v1/workflows/p_abc/events", ["POST"]],
+    ["POST", "/v1/users/me/webhooks", ["GET"]],
+    ["PUT", "/admin/users", ["GET", "POST"]],
+  ])("answers %s %s with a 405 JSON error and an Allow header naming %j", async (method, path, allowed) => {
+    const u = await td.createUser();
+    const key = path.startsWith("/admin") ? td.adminToken : u.api_key;
+    const res = await raw(method, path, { key, headers: JSON_TYPE, body: method === "GET" ? undefined : "{}" });
+    expectError(res, 405);
+    const allow = (res.headers.get("allow") ?? "").split(",").map((m) => m.trim());
+    for (const m of allowed) expect(allow).toContain(m);
+  });
+
+  it("accepts a body of exactly 512 KB and answers 413 to one byte more", async () => {
+    const u = await td.createUser();
+    const atLimit = await raw("POST", "/v1/components", { key: u.api_key, headers: JSON_TYPE, body: jsonOfSize(BODY_LIMIT) });
+    // Not a component (a 400), but read and parsed: the limit is inclusive.
+    expectError(atLimit, 400);
+    const over = await raw("POST", "/v1/components", { key: u.api_key, headers: JSON_TYPE, body: jsonOfSize(BODY_LIMIT + 1) });
+    expectError(over, 413);
+    expect(over.body.code).toBe("payload_too_large");
+  });
+
+  it.each([
+    ["POST", "/v1/components"],
+    ["POST", "/v1/sources"],
+    ["POST", `/v1/workflows/p_big/events`],
+    ["POST", "/v1/webhooks"],
+    ["PUT", "/v1/workflows/p_big"],
+    ["POST", "/admin/users"],
+  ])("answers 413 to an oversize body on %s %s, declared or chunked", async (method, path) => {
+    const u = await td.createUser();
+    const key = path.startsWith("/admin") ? td.adminToken : u.api_key;
+    const text = jsonOfSize(600 * 1024, "event");
+    expectError(await raw(method, path, { key, headers: JSON_TYPE, body: text }), 413);
+    expectError(await raw(method, path, { key, headers: JSON_TYPE, body: chunked(text) }), 413);
+  });
+
+  it.each([
+    ["text/plain", "component_code=x"],
+    ["application/x-www-form-urlencoded", "component_code=x"],
+    ["multipart/form-data; boundary=b", "--b\r\n\r\nx\r\n--b--"],
+    ["application/xml", "<a/>"],
+    ["application/octet-stream", "{}"],
+    ["application/jsonx", "{}"],
+  ])("answers 415 to a %s body on every JSON endpoint", async (type, body) => {
+    const u = await td.createUser();
+    const targets: [string, string, string][] = [
+      ["POST", "/v1/components", u.api_key],
+      ["POST", "/v1/sources", u.api_key],
+      ["PUT", "/v1/sources/dc_abcdefghijkl", u.api_key],
+      ["POST", "/v1/workflows/p_x/events", u.api_key],
+      ["POST", "/v1/subscriptions", u.api_key],
+      ["POST", "/admin/users", td.adminToken],
+    ];
+    for (const [method, path, key] of targets) {
+      const res = await raw(method, path, { key, headers: { "content-type": type }, body });
+      expectError(res, 415);
+      expect(res.body.code).toBe("unsupported_media_type");
+    }
+  });
+
+  it("answers 415 to a body without a content type", async () => {
+    const u = await td.createUser();
+    expectError(await raw("POST", "/v1/components", { key: u.api_key, body: Buffer.from("{}") }), 415);
+  });
+
+  it("accepts JSON under application/json with a charset and under +json types", async () => {
+    const u = await td.createUser();
+    for (const type of ["application/json; charset=utf-8", "APPLICATION/JSON", "application/vnd.api+json"]) {
+      const res = await raw("POST", "/v1/components", {
+        key: u.api_key,
+        headers: { "content-type": type },
+        body: JSON.stringify({ component_code: HTTP_ESM }),
+      });
+      expectStatus(res, 200);
+    }
+  });
+
+  it.each([
+    ["a truncated object", '{"component_code": '],
+    ["single quotes", "{'component_code': 'x'}"],
+    ["a trailing comma", '{"a": 1,}'],
+    ["NaN", "NaN"],
+    ["two objects", '{"a":1}{"b":2}'],
+    ["a bare word", "undefined"],
+    ["a leading zero", '{"a": 01}'],
+    ["a bad escape", '{"a": "\\x41"}'],
+  ])("answers 400 invalid_json to %s", async (_label, body) => {
+    const u = await td.createUser();
+    const res = await raw("POST", "/v1/sources", { key: u.api_key, headers: JSON_TYPE, body });
+    expectError(res, 400);
+    expect(res.body.code).toBe("invalid_json");
+  });
+
+  it("reads a gzip-encoded JSON body", async () => {
+    const u = await td.createUser();
+    const res = await raw("POST", "/v1/components", {
+      key: u.api_key,
+      headers: { ...JSON_TYPE, "content-encoding": "gzip" },
+      body: gzipSync(JSON.stringify({ component_code: HTTP_ESM })),
+    });
+    expectStatus(res, 200);
+  });
+
+  it.each([["gzip"], ["deflate"], ["br"]])("answers 4xx, not 500, to a body that is not valid %s", async (encoding) => {
+    const u = await td.createUser();
+    const res = await raw("POST", "/v1/components", {
+      key: u.api_key,
+      headers: { ...JSON_TYPE, "content-encoding": encoding },
+      body: Buffer.from('{"component_code": "not compressed at all"}'),
+    });
+    expectError(res, [400, 415]);
+  });
+
+  it("answers 415 to an unknown content encoding", async () => {
+    const u = await td.createUser();
+    const res = await raw("POST", "/v1/components", { key: u.api_key, headers: { ...JSON_TYPE, "content-encoding": "zstd" }, body: "{}" });
+    expectError(res, 415);
+  });
+
+  it.each([
+    ["a workflow emit", "POST", () => "/v1/workflows/p_deep/events", (d: string) => `{"event": ${d}}`],
+    ["a batch emit", "POST", () => "/v1/workflows/p_deep/events", (d: string) => `{"events": [{"event": ${d}}]}`],
+    ["a workflow error", "POST", () => "/v1/workflows/p_deep/$errors/events", (d: string) => `{"original_event": ${d}}`],
+    [
+      "a source's object prop",
+      "POST",
+      () => "/v1/sources",
+      (d: string) => `{"component_code": ${JSON.stringify(TYPED_PROPS)}, "configured_props": {"url": "u", "extra": {"deep": ${d}}}}`,
+    ],
+    ["a webhook name", "POST", () => "/v1/webhooks", (d: string) => `{"url": "https://example.com", "name": ${d}}`],
+    [
+      "a subscription event_name",
+      "POST",
+      () => "/v1/subscriptions",
+      (d: string) => `{"emitter_id": "p_*", "listener_id": "p_x", "event_name": ${d}}`,
+    ],
+  ])("answers 2xx or 4xx, never 500, to JSON nested 20000 deep in %s", async (_label, method, path, wrap) => {
+    const u = await td.createUser();
+    for (const deep of ["[".repeat(20_000) + "]".repeat(20_000), `${'{"a":'.repeat(20_000)}1${"}".repeat(20_000)}`]) {
+      const res = await raw(method, path(), { key: u.api_key, headers: JSON_TYPE, body: wrap(deep) });
+      expect(res.status, `${res.status}: ${res.text.slice(0, 200)}`).toBeLessThan(500);
+      if (res.status >= 400) expectError(res, res.status);
+    }
+    expectStatus(await u.api.get("/v1/users/me"), 200);
+  });
+
+  it("answers 2xx or 4xx, never 500, to the smallest event id as a cursor", async () => {
+    const u = await td.createUser();
+    const p = workflowId();
+    await emit(u.api, p, 1);
+    for (const [name, cursor] of [
+      ["after", "0-0"],
+      ["before", "0-0"],
+      ["after", "0000000000000000-0"],
+      ["after", "0-1"],
+    ] as const) {
+      const res = await u.api.get(`/v1/workflows/${p}/event_summaries`, { query: { [name]: cursor } });
+      expect(res.status, `${name}=${cursor}: ${res.status} ${res.text.slice(0, 200)}`).toBeLessThan(500);
+    }
+    // Nothing follows the smallest id in newest-first order.
+    const after = await u.api.get(`/v1/workflows/${p}/event_summaries`, { query: { after: "0-0" } });
+    expect(after.body?.data).toEqual([]);
+  });
+
+  it("never lets __proto__ or constructor.prototype keys reach a prototype", async () => {
+    const u = await td.createUser();
+    const bodies = [
+      '{"__proto__": {"polluted": "yes"}, "component_code": "x"}',
+      '{"constructor": {"prototype": {"polluted": "yes"}}, "url": "https://example.com"}',
+      '{"event": {"__proto__": {"polluted": "yes"}}}',
+    ];
+    for (const [path, body] of [
+      ["/v1/components", bodies[0]],
+      ["/v1/webhooks", bodies[1]],
+      ["/v1/workflows/p_proto/events", bodies[2]],
+    ] as const) {
+      const res = await raw("POST", path, { key: u.api_key, headers: JSON_TYPE, body });
+      expect(res.status).toBeLessThan(500);
+      if (res.status >= 400) expectError(res, res.status);
+    }
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    const query = await u.api.get("/v1/users/me/sources", { query: { __proto__: "x", constructor: "y", limit: "5" } });
+    expectStatus(query, 200);
+  });
+
+  it("keeps the operational endpoints open without a key", async () => {
+    expectStatus(await raw("GET", "/healthz"), 200);
+    expectStatus(await raw("GET", "/readyz"), 200);
+    const metrics = await raw("GET", "/metrics");
+    expectStatus(metrics, 200);
+    expect(metrics.text).toMatch(/^# HELP tributary_/m);
+  });
+});
+
+// -----------------------------------------------------------------------------------------------
+// Fuzz
+
+const FUZZ_SEED = Number(process.env.FUZZ_SEED ?? 0x7121b);
+const FUZZ_REQUESTS = Number(process.env.FUZZ_REQUESTS ?? 1500);
+const FUZZ_CONCURRENCY = 8;
+const FUZZ_BUDGET_MS = 60_000;
+
+interface FuzzRequest {
+  route: string;
+  method: string;
+  path: string;
+  query: [string, string][];
+  auth: "user" | "admin" | "none" | "garbage";
+  body: { label: string; contentType?: string; encoding?: string; data?: string | Buffer; chunked?: boolean };
+}
+
+interface Fixtures {
+  sources: string[];
+  componentId: string;
+  webhookId: string;
+  workflowId: string;
+  eventId: string;
+  subscriptionId: string;
+  foreignSource: string;
+  foreignWebhook: string;
+  sacrificialUserId: string;
+}
+
+const KNOWN_KEYS = [
+  "component_code",
+  "component_url",
+  "component_id",
+  "name",
+  "configured_props",
+  "active",
+  "url",
+  "description",
+  "emitter_id",
+  "listener_id",
+  "event_name",
+  "limit",
+  "after",
+  "before",
+  "include",
+  "exclude",
+  "expand",
+  "start_id",
+  "end_id",
+  "trigger_url",
+  "username",
+  "email",
+  "plan",
+  "event",
+  "events",
+  "id",
+  "summary",
+  "ts",
+  "original_event",
+  "error",
+  "original_context",
+] as const;
+
+const METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "PROPFIND"] as const;
+
+/** Every route of the daemon; `s` is a path segment chosen by the fuzzer. */
+const ROUTES: { name: string; methods: readonly string[]; admin?: boolean; path: (s: readonly string[]) => string }[] = [
+  { name: "/v1/components", methods: ["POST"], path: () => "/v1/components" },
+  { name: "/v1/components/:key", methods: ["GET"], path: (s) => `/v1/components/${s[0]}` },
+  { name: "/v1/components/registry/:key", methods: ["GET"], path: (s) => `/v1/components/registry/${s[0]}` },
+  { name: "/v1/users/me/sources", methods: ["GET"], path: () => "/v1/users/me/sources" },
+  { name: "/v1/sources", methods: ["POST"], path: () => "/v1/sources" },
+  { name: "/v1/sources/:id", methods: ["PUT", "DELETE"], path: (s) => `/v1/sources/${s[0]}` },
+  { name: "/v1/sources/:id/event_summaries", methods: ["GET"], path: (s) => `/v1/sources/${s[0]}/event_summaries` },
+  { name: "/v1/sources/:id/events", methods: ["DELETE"], path: (s) => `/v1/sources/${s[0]}/events` },
+  { name: "/v1/subscriptions", methods: ["POST", "DELETE"], path: () => "/v1/subscriptions" },
+  { name: "/v1/users/me/subscriptions", methods: ["GET"], path: () => "/v1/users/me/subscriptions" },
+  { name: "/v1/auto_subscriptions", methods: ["POST"], path: () => "/v1/auto_subscriptions" },
+  { name: "/v1/webhooks", methods: ["POST"], path: () => "/v1/webhooks" },
+  { name: "/v1/users/me/webhooks", methods: ["GET"], path: () => "/v1/users/me/webhooks" },
+  { name: "/v1/webhooks/:id", methods: ["GET", "PUT", "DELETE"], path: (s) => `/v1/webhooks/${s[0]}` },
+  { name: "/v1/webhooks/:id/deliveries", methods: ["GET"], path: (s) => `/v1/webhooks/${s[0]}/deliveries` },
+  { name: "/v1/webhooks/:id/deliveries/:d/retry", methods: ["POST"], path: (s) => `/v1/webhooks/${s[0]}/deliveries/${s[1]}/retry` },
+  { name: "/v1/users/me", methods: ["GET"], path: () => "/v1/users/me" },
+  { name: "/v1/users/me/workflows", methods: ["GET"], path: () => "/v1/users/me/workflows" },
+  { name: "/v1/workflows/:id", methods: ["PUT", "GET", "DELETE"], path: (s) => `/v1/workflows/${s[0]}` },
+  { name: "/v1/workflows/:id/events", methods: ["POST"], path: (s) => `/v1/workflows/${s[0]}/events` },
+  {
+    name: "/v1/workflows/:id/$errors/events",
+    methods: ["POST"],
+    path: (s) => `/v1/workflows/${s[0]}/${s[1] === "x" ? "%24" : "$"}errors/events`,
+  },
+  { name: "/v1/workflows/:id/event_summaries", methods: ["GET"], path: (s) => `/v1/workflows/${s[0]}/event_summaries` },
+  { name: "/v1/workflows/:id/$errors/event_summaries", methods: ["GET"], path: (s) => `/v1/workflows/${s[0]}/$errors/event_summaries` },
+  { name: "/admin/users", methods: ["GET", "POST"], admin: true, path: () => "/admin/users" },
+  { name: "/admin/users/:id", methods: ["DELETE"], admin: true, path: (s) => `/admin/users/${s[0]}` },
+  { name: "/admin/users/:id/api_key", methods: ["POST"], admin: true, path: (s) => `/admin/users/${s[0]}/api_key` },
+  { name: "ops", methods: ["GET"], path: (s) => `/${s[1] === "x" ? "readyz" : "healthz"}` },
+  { name: "unknown", methods: ["GET", "POST"], path: (s) => `/${s[0]}/${s[1]}` },
+  { name: "/e/:token", methods: ["GET", "POST"], path: (s) => `/e/${s[0]}/${s[1]}` },
+];
+
+function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
+  const ids = [...f.sources, f.componentId, f.webhookId, f.workflowId, f.eventId, f.subscriptionId, f.foreignSource, f.foreignWebhook];
+  const hostile = fc.constantFrom(
+    "",
+    " ",
+    "null",
+    "[]",
+    "{}",
+    "%00",
+    "\u0000",
+    "ü€😀",
+    "../../etc/passwd",
+    "dc_*",
+    "p_*",
+    "sc_*",
+    "*",
+    "' OR 1=1 --",
+    "-1",
+    "0",
+    "101",
+    "1e309",
+    "NaN",
+    "__proto__",
+    "constructor",
+    "prototype",
+    "$errors",
+    "%24errors",
+    "$logs",
+    "default",
+    "0-0",
+    "1-1",
+    "0000000000000000-0",
+    "9999999999999999-9999999999999999",
+    "true",
+    "false",
+    "javascript:alert(1)",
+    "http://127.0.0.1:1/x",
+    "https://example.com/hook",
+    "file:///etc/passwd",
+    "registry",
+    "a".repeat(5000),
+    "module.exports = { name: 'fz', async run() {} }",
+    "while (true) {}",
+    ...ids,
+    ...ids.map(b64url),
+  );
+  const str = fc.oneof(
+    { weight: 3, arbitrary: hostile },
+    { weight: 2, arbitrary: fc.string({ unit: "binary", maxLength: 40 }) },
+    { weight: 1, arbitrary: fc.string({ maxLength: 8 }) },
+  );
+  const key = fc.oneof({ weight: 4, arbitrary: fc.constantFrom(...KNOWN_KEYS) }, { weight: 1, arbitrary: str });
+  const leaf = fc.oneof(str, fc.integer(), fc.double(), fc.boolean(), fc.constant(null));
+  const value: fc.Arbitrary<unknown> = fc.oneof(
+    { weight: 4, arbitrary: leaf },
+    { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 4 }) },
+    { weight: 1, arbitrary: fc.array(leaf, { maxLength: 4 }) },
+    { weight: 1, arbitrary: fc.dictionary(key, leaf, { maxKeys: 4 }) },
+    { weight: 1, arbitrary: fc.array(fc.record({ event: leaf, name: fc.option(str, { nil: undefined }) }), { maxLength: 3 }) },
+  );
+  const object = fc.dictionary(key, value, { maxKeys: 6 });
+
+  const segment = fc.oneof(
+    { weight: 4, arbitrary: fc.constantFrom(...ids) },
+    { weight: 2, arbitrary: str.map((s) => encodeURIComponent(s)) },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom("%", "%zz", "%E0%A4", "%C0%AF", "..", "%2e%2e", "%00", "%2F", "$errors", "p_", "dc_", "x".repeat(3000)),
+    },
+    { weight: 1, arbitrary: fc.stringMatching(/^(p|dc|wh|sc|sub|d)_[A-Za-z0-9_-]{1,70}$/) },
+  );
+  const adminSegment = fc.oneof(
+    fc.constant(f.sacrificialUserId),
+    segment.filter((s) => !s.startsWith("u_")),
+  );
+
+  const json = (data: string, label: string) => ({ label, contentType: "application/json", data });
+  const body = fc.oneof(
+    { weight: 5, arbitrary: fc.constant({ label: "none" }) },
+    { weight: 10, arbitrary: object.map((o) => json(JSON.stringify(o), "object")) },
+    { weight: 3, arbitrary: fc.jsonValue({ maxDepth: 6 }).map((v) => json(JSON.stringify(v), "json value")) },
+    {
+      weight: 2,
+      arbitrary: fc.tuple(value, object).map(([v, o]) => {
+        const rest = Object.entries(o).map(([k, x]) => `${JSON.stringify(k)}:${JSON.stringify(x) ?? "null"}`);
+        const parts = [`"__proto__":${JSON.stringify(v) ?? "null"}`, `"constructor":{"prototype":{"polluted":true}}`, ...rest];
+        return json(`{${parts.join(",")}}`, "prototype keys");
+      }),
+    },
+    {
+      weight: 1,
+      arbitrary: fc
+        .record({ depth: fc.integer({ min: 200, max: 60_000 }), key: fc.constantFrom(...KNOWN_KEYS), open: fc.constantFrom("[", '{"a":') })
+        .map(({ depth, key: k, open }) => {
+          const close = open === "[" ? "]" : "}";
+          const inner = open === "[" ? "" : "1";
+          return json(`{"${k}":${open.repeat(depth)}${inner}${close.repeat(depth)}}`, "deep nesting");
+        }),
+    },
+    {
+      weight: 1,
+      arbitrary: fc
+        .record({
+          size: fc.integer({ min: 50_000, max: BODY_LIMIT - 100 }),
+          key: fc.constantFrom(...KNOWN_KEYS),
+          char: fc.constantFrom("x", "é", "😀"),
+        })
+        .map(({ size, key: k, char }) => json(`{"${k}":"${char.repeat(Math.floor(size / Buffer.byteLength(char)))}"}`, "huge string")),
+    },
+    {
+      weight: 3,
+      arbitrary: fc
+        .oneof(
+          fc.constantFrom(
+            '{"a":',
+            "{'a':1}",
+            '{"a":1,}',
+            "NaN",
+            "undefined",
+            '{"a":01}',
+            "\uFEFF{}",
+            "[1,2",
+            "}",
+            "",
+            " ",
+            '{"a":1}{"b":2}',
+          ),
+          str,
+        )
+        .map((s) => json(s, "malformed json")),
+    },
+    {
+      weight: 3,
+      arbitrary: fc
+        .record({
+          contentType: fc.constantFrom(
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/xml",
+            "application/octet-stream",
+            "application/json; charset=latin1",
+            "application/json; charset=utf-16",
+            "application/vnd.api+json",
+            "application/jsonx",
+            "application/json, text/plain",
+            "",
+          ),
+          data: fc.oneof(
+            str,
+            object.map((o) => JSON.stringify(o)),
+          ),
+        })
+        .map(({ contentType, data }) => ({ label: `content-type ${contentType || "(none)"}`, contentType, data })),
+    },
+    {
+      weight: 2,
+      arbitrary: fc
+        .record({ encoding: fc.constantFrom("gzip", "deflate", "br", "zstd", "identity", "gzip, gzip"), o: object, real: fc.boolean() })
+        .map(({ encoding, o, real }) => ({
+          label: `content-encoding ${encoding}${real ? " (real gzip)" : ""}`,
+          contentType: "application/json",
+          encoding: real ? "gzip" : encoding,
+          data: real ? gzipSync(JSON.stringify(o)) : Buffer.from(JSON.stringify(o)),
+        })),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.uint8Array({ minLength: 1, maxLength: 64 }).map((bytes) => ({
+        label: "invalid utf-8",
+        contentType: "application/json",
+        data: Buffer.concat([Buffer.from('{"name":"'), bytes, Buffer.from('"}')]),
+      })),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.boolean().map((isChunked) => ({
+        label: isChunked ? "oversize chunked" : "oversize",
+        contentType: "application/json",
+        data: jsonOfSize(BODY_LIMIT + 64 * 1024, "event"),
+        chunked: isChunked,
+      })),
+    },
+  );
+
+  return fc
+    .record({
+      routeIndex: fc.nat({ max: ROUTES.length - 1 }),
+      methodPick: fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.constantFrom(...METHODS) }),
+      methodIndex: fc.nat(),
+      segments: fc.tuple(segment, segment),
+      adminSegment,
+      query: fc.array(fc.tuple(key, str), { maxLength: 6 }),
+      auth: fc.constantFrom("user", "user", "user", "user", "user", "user", "user", "user", "none", "garbage", "admin"),
+      body,
+    })
+    .map((r) => {
+      const route = ROUTES[r.routeIndex]!;
+      const method = r.methodPick ?? route.methods[r.methodIndex % route.methods.length]!;
+      const segs = route.admin ? [r.adminSegment, r.segments[1]] : r.segments;
+      const auth = route.admin && r.auth === "user" ? "admin" : (r.auth as FuzzRequest["auth"]);
+      // fetch sends no body with GET or HEAD.
+      const b = method === "GET" || method === "HEAD" ? { label: "none" } : r.body;
+      return { route: route.name, method, path: route.path(segs), query: r.query, auth, body: b };
+    });
+}
+
+async function sendFuzz(req: FuzzRequest, keys: { user: string; admin: string }): Promise<{ status: number; text: string; body: Json }> {
+  const headers: Record<string, string> = {};
+  if (req.auth === "user") headers.authorization = `Bearer ${keys.user}`;
+  if (req.auth === "admin") headers.authorization = `Bearer ${keys.admin}`;
+  if (req.auth === "garbage") headers.authorization = "Bearer garbage-key-0000";
+  if (req.body.contentType) headers["content-type"] = req.body.contentType;
+  if (req.body.encoding) headers["content-encoding"] = req.body.encoding;
+  const qs = new URLSearchParams(req.query).toString();
+  const init: RequestInit & { duplex?: "half" } = { method: req.method, headers, redirect: "manual" };
+  if (req.body.data !== undefined) {
+    if (req.body.chunked) {
+      init.body = chunked(String(req.body.data));
+      init.duplex = "half";
+    } else init.body = req.body.data as RequestInit["body"];
+  }
+  const res = await fetch(`${td.url}${req.path}${qs ? `?${qs}` : ""}`, init);
+  const text = await res.text();
+  let body: Json;
+  try {
+    body = text ? JSON.parse(text) : undefined;
+  } catch {
+    body = undefined;
+  }
+  return { status: res.status, text, body };
+}
+
+describe("fuzz", () => {
+  it(`answers no 5xx, and a JSON error for every 4xx, across ${FUZZ_REQUESTS} random requests (seed ${FUZZ_SEED})`, async () => {
+    const u = await td.createUser("paid");
+    const other = await td.createUser();
+    const sacrificial = await td.createUser();
+    const component = await createComponent(u.api, HTTP_ESM);
+    const sources = await Promise.all(Array.from({ length: 3 }, () => createSource(u.api, { component_id: component.id })));
+    const hook = await createWebhook(u.api, "http://127.0.0.1:9/never-delivered");
+    const p = workflowId();
+    const eventId = await emit(u.api, p, { seed: true });
+    const sub = await subscribe(u.api, p, hook.id);
+    const fixtures: Fixtures = {
+      sources: sources.map((s) => s.id),
+      componentId: component.id,
+      webhookId: hook.id,
+      workflowId: p,
+      eventId,
+      subscriptionId: sub.id,
+      foreignSource: (await createSource(other.api, { component_code: HTTP_ESM })).id,
+      foreignWebhook: (await createWebhook(other.api, "https://example.com/other")).id,
+      sacrificialUserId: sacrificial.id,
+    };
+    const requests = fc.sample(fuzzArbitrary(fixtures), { seed: FUZZ_SEED, numRuns: FUZZ_REQUESTS });
+    const keys = { user: u.api_key, admin: td.adminToken };
+
+    const started = Date.now();
+    const failures = new Map<string, { count: number; example: string }>();
+    const statuses = new Map<number, number>();
+    const fail = (req: FuzzRequest, problem: string, detail: string) => {
+      const group = `${req.method} ${req.route} [${req.body.label}] ${problem}`;
+      const seen = failures.get(group);
+      if (seen) seen.count++;
+      else {
+        const query = new URLSearchParams(req.query).toString().slice(0, 120);
+        failures.set(group, { count: 1, example: `${req.path.slice(0, 120)}?${query} -> ${detail.slice(0, 200)}` });
+      }
+    };
+    let next = 0;
+    const worker = async () => {
+      while (next < requests.length && Date.now() - started < FUZZ_BUDGET_MS) {
+        const req = requests[next++]!;
+        let res: Awaited<ReturnType<typeof sendFuzz>>;
+        try {
+          res = await sendFuzz(req, keys);
+        } catch (err) {
+          fail(req, "network error", String((err as Error).cause ?? err));
+          continue;
+        }
+        statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+        if (res.status >= 500) fail(req, String(res.status), res.text);
+        // 431 comes from Node's HTTP parser (URL or headers over 16 KiB), before any application code.
+        else if (res.status >= 400 && res.status !== 431 && req.method !== "HEAD") {
+          if (typeof res.body?.error !== "string" || typeof res.body?.code !== "string")
+            fail(req, `${res.status} without {error, code}`, res.text);
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: FUZZ_CONCURRENCY }, worker));
+    const elapsed = Date.now() - started;
+
+    const report = [...failures].map(([group, f]) => `${group} (x${f.count}): ${f.example}`);
+    expect(report, `seed ${FUZZ_SEED}; statuses ${JSON.stringify(Object.fromEntries(statuses))}`).toEqual([]);
+    expect(next, "every generated request was sent within the time budget").toBe(requests.length);
+    expect(elapsed).toBeLessThan(FUZZ_BUDGET_MS);
+    // The fuzz reached the application, not only its front door.
+    expect([...statuses.keys()].filter((s) => s < 300).length).toBeGreaterThan(0);
+    expect(statuses.get(400) ?? 0).toBeGreaterThan(FUZZ_REQUESTS / 20);
+
+    // The daemon is still healthy, and nothing leaked into this process's prototypes.
+    expectStatus(await u.api.get("/v1/users/me"), 200);
+    expectStatus(await client(td.url).get("/readyz"), 200);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+  }, 120_000);
+});
