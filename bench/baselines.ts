@@ -1,8 +1,8 @@
 import { Queue } from "bullmq";
 import { Redis } from "ioredis";
 import { spawnNode } from "./child.js";
-import { type CpuShares, cpuMeter } from "./cpu.js";
 import { type ClosedLoopResult, hammer, smallEvent } from "./load.js";
+import { type Cost, startMeter } from "./meter.js";
 import type { Receiver } from "./receiver.js";
 
 const TSX = ["--import", "tsx"];
@@ -12,7 +12,7 @@ export async function koaBaseline(opts: {
   durationS: number;
   warmupS: number;
   connections: number;
-}): Promise<ClosedLoopResult & { cpu: CpuShares }> {
+}): Promise<ClosedLoopResult & { cost: Cost }> {
   const child = spawnNode("koa-baseline", TSX, "bench/baseline-child.ts", ["koa"], {});
   try {
     const m = await child.waitForLine(/^READY (\d+)/, 30_000);
@@ -20,9 +20,9 @@ export async function koaBaseline(opts: {
     const body = JSON.stringify({ event: smallEvent(1) });
     const headers = { authorization: "Bearer not-checked-by-the-baseline" };
     await hammer({ url, body, headers, durationS: opts.warmupS, connections: opts.connections });
-    const cpu = cpuMeter({ koa: child.pid, bench: process.pid });
+    const meter = await startMeter({ koa: child.pid, bench: process.pid }, undefined);
     const r = await hammer({ url, body, headers, durationS: opts.durationS, connections: opts.connections });
-    return { ...r, cpu: cpu() };
+    return { ...r, cost: await meter(r.ok) };
   } finally {
     await child.stop();
   }
@@ -35,13 +35,13 @@ export interface DrainResult {
   readonly spanMs: number;
   readonly duplicates: number;
   readonly complete: boolean;
-  readonly cpu?: CpuShares;
+  readonly cost?: Cost;
   /** Where the time went (Tributary: fan-out vs delivery). */
   readonly detail?: string;
 }
 
 /** Deliveries per second between the first and the last arrival at the receiver. */
-export function drainResult(receiver: Receiver, expected: number, complete: boolean, cpu?: CpuShares): DrainResult {
+export function drainResult(receiver: Receiver, expected: number, complete: boolean, cost?: Cost): DrainResult {
   const w = receiver.window();
   const delivered = receiver.count();
   const spanMs = w ? w.last - w.first : 0;
@@ -52,7 +52,7 @@ export function drainResult(receiver: Receiver, expected: number, complete: bool
     perSec: spanMs > 0 ? ((delivered - 1) * 1000) / spanMs : Number.NaN,
     duplicates: receiver.duplicates(),
     complete,
-    ...(cpu ? { cpu } : {}),
+    ...(cost ? { cost } : {}),
   };
 }
 
@@ -74,7 +74,7 @@ export async function bullmqBaseline(opts: {
   const connection = new Redis(opts.redisUrl, { maxRetriesPerRequest: null });
   const queue = new Queue(name, { connection, prefix });
   try {
-    // Same job shape and options as Tributary's delivery jobs, so Redis does comparable work.
+    // Same job shape and retention as Tributary's delivery jobs, so Redis does comparable work.
     const jobOpts = {
       attempts: 3,
       backoff: { type: "fixed", delay: 1000 },
@@ -85,21 +85,18 @@ export async function bullmqBaseline(opts: {
       const jobs = [];
       for (let k = i; k < Math.min(opts.backlog, i + 1000); k++) {
         const seq = opts.seqBase + k;
-        jobs.push({
-          name: "webhook",
-          data: {
-            userId: "u_bench",
-            deliveryId: `d_base${seq}`,
-            listenerKind: "webhook",
-            listenerId: "wh_bench",
-            emitterId: "p_bench",
-            channel: "",
-            eventId: `0-${seq}`,
-            payload: JSON.stringify(smallEvent(seq)),
-            acceptedAtMs: Date.now(),
-          },
-          opts: { jobId: `d_base${seq}`, ...jobOpts },
-        });
+        const data = {
+          userId: "u_bench",
+          deliveryId: `d_base${seq}`,
+          listenerKind: "webhook",
+          listenerId: "wh_bench",
+          emitterId: "p_bench",
+          channel: "",
+          eventId: `0-${seq}`,
+          payload: JSON.stringify(smallEvent(seq)),
+          acceptedAtMs: Date.now(),
+        };
+        jobs.push({ name: "webhook", data, opts: { jobId: `d_base${seq}`, ...jobOpts } });
       }
       await queue.addBulk(jobs);
     }
@@ -113,12 +110,12 @@ export async function bullmqBaseline(opts: {
     });
     try {
       await child.waitForLine(/^READY/, 30_000);
-      const cpu = cpuMeter({ worker: child.pid, redis: opts.redisPid, bench: process.pid });
+      const meter = await startMeter({ worker: child.pid, redis: opts.redisPid, bench: process.pid }, connection);
       const complete = await opts.receiver.waitFor(opts.backlog, opts.deadlineMs);
-      const shares = cpu();
+      const cost = await meter(opts.receiver.count());
       const gone = child.exited();
       if (gone) throw new Error(`bullmq baseline worker crashed (${JSON.stringify(gone)}):\n${child.tail()}`);
-      return drainResult(opts.receiver, opts.backlog, complete, shares);
+      return drainResult(opts.receiver, opts.backlog, complete, cost);
     } finally {
       await child.stop();
     }

@@ -58,10 +58,3 @@ export function cpuMeter(pids: Record<string, number | undefined>): () => { pct:
     return { pct: out, wallMs: wall };
   };
 }
-
-export function formatCpu(s: CpuShares | undefined): string {
-  if (!s) return "—";
-  return Object.entries(s)
-    .map(([k, v]) => `${k} ${Math.round(v)}`)
-    .join(" · ");
-}

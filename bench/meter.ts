@@ -21,7 +21,10 @@ async function commandCalls(redis: Redis): Promise<Map<string, number>> {
 }
 
 /** Starts measuring; `stop(units)` returns the cost of the phase, divided by `units` where it says so. */
-export async function startMeter(pids: Record<string, number | undefined>, redis: Redis | undefined): Promise<(units: number) => Promise<Cost>> {
+export async function startMeter(
+  pids: Record<string, number | undefined>,
+  redis: Redis | undefined,
+): Promise<(units: number) => Promise<Cost>> {
   const before = redis ? await commandCalls(redis) : new Map<string, number>();
   const cpu = cpuMeter(pids);
   return async (units) => {

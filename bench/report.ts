@@ -1,6 +1,7 @@
 import type { DrainResult } from "./baselines.js";
-import { type CpuShares, formatCpu } from "./cpu.js";
+import type { CpuShares } from "./cpu.js";
 import type { ClosedLoopResult } from "./load.js";
+import type { Cost } from "./meter.js";
 import { fmt, type Summary } from "./stats.js";
 
 export interface LatencyResult {
@@ -11,7 +12,7 @@ export interface LatencyResult {
   readonly ack: Summary;
   readonly failures: number;
   readonly maxLagMs: number;
-  readonly cpu: CpuShares;
+  readonly cost: Cost;
 }
 
 export interface Results {
@@ -24,11 +25,11 @@ export interface Results {
     batchSize: number;
     deliveryConcurrency: number;
   };
-  koa?: ClosedLoopResult & { cpu: CpuShares };
+  koa?: ClosedLoopResult & { cost: Cost };
   bull?: DrainResult;
   drain?: DrainResult;
-  single?: ClosedLoopResult & { cpu: CpuShares };
-  batch?: ClosedLoopResult & { cpu: CpuShares };
+  single?: ClosedLoopResult & { cost: Cost };
+  batch?: ClosedLoopResult & { cost: Cost };
   latency: LatencyResult[];
   peakRssKb?: number;
 }
@@ -38,59 +39,88 @@ const ratio = (a: number | undefined, b: number | undefined) => (a !== undefined
 const errs = (r: ClosedLoopResult) => (r.bad ? ` · ${fmt(r.bad)} errors/non-2xx` : "");
 const closed = (r: ClosedLoopResult | undefined) =>
   r ? `${fmt(r.reqPerSec)} req/s · p50 ${fmt(r.p50)} ms · p99 ${fmt(r.p99)} ms${errs(r)}` : "not run";
-const drained = (d: DrainResult | undefined) =>
+const pct = (s: CpuShares | undefined) =>
+  s
+    ? Object.entries(s)
+        .map(([k, v]) => `${k} ${Math.round(v)}`)
+        .join(" · ")
+    : "—";
+/** "450 µs daemon + 60 µs redis CPU, 9.0 Redis cmds per emit" */
+const unitCost = (c: Cost | undefined, main: string, unit: string) => {
+  if (!c) return "";
+  const cpu = [main, "redis"]
+    .filter((k) => c.usPerUnit[k] !== undefined)
+    .map((k) => `${fmt(c.usPerUnit[k] as number)} µs ${k}`)
+    .join(" + ");
+  const cmds = Number.isNaN(c.redisPerUnit) || c.redisPerUnit === 0 ? "" : `, ${fmt(c.redisPerUnit, 1)} Redis cmds`;
+  return ` · **${cpu} CPU${cmds} per ${unit}**`;
+};
+const drained = (d: DrainResult | undefined, main: string) =>
   d
-    ? `${fmt(d.perSec)} deliveries/s (${fmt(d.delivered)}/${fmt(d.expected)} in ${fmt(d.spanMs / 1000, 1)} s${d.complete ? "" : ", DEADLINE HIT"}${d.duplicates ? `, ${d.duplicates} duplicates` : ""})${d.detail ? `; ${d.detail}` : ""}`
+    ? `${fmt(d.perSec)} deliveries/s (${fmt(d.delivered)}/${fmt(d.expected)} in ${fmt(d.spanMs / 1000, 1)} s${d.complete ? "" : ", DEADLINE HIT"}${d.duplicates ? `, ${d.duplicates} duplicates` : ""})${unitCost(d.cost, main, "delivery")}${d.detail ? `; ${d.detail}` : ""}`
     : "not run";
+const top = (c: Cost | undefined) => (c ? c.redisTop.map(([cmd, n]) => `${cmd} ${fmt(n, 2)}`).join(", ") : "n/a");
 
-/** Prints the one markdown table (and a settings paragraph) to stdout. */
+/** Prints the one markdown table (and the settings and Redis-command details) to stdout. */
 export function printReport(r: Results, meta: { title: string; totalS: number }): void {
   const S = r.settings;
   const ingestRatio = ratio(r.single?.reqPerSec, r.koa?.reqPerSec);
+  const ingestCpuRatio = ratio(r.koa?.cost.usPerUnit.koa, r.single?.cost.usPerUnit.daemon);
   const drainRatio = ratio(r.drain?.perSec, r.bull?.perSec);
+  const drainCpuRatio = ratio(r.bull?.cost?.usPerUnit.worker, r.drain?.cost?.usPerUnit.daemon);
   const rows: string[][] = [];
   rows.push([
     "1. Emit ingest, single event",
-    closed(r.single),
-    `bare Koa: ${closed(r.koa)}`,
-    `${fmt(ingestRatio, 2)}×`,
+    `${closed(r.single)}${unitCost(r.single?.cost, "daemon", "emit")}`,
+    `bare Koa: ${closed(r.koa)}${unitCost(r.koa?.cost, "koa", "request")}`,
+    `**${fmt(ingestRatio, 2)}×** (CPU/req: ${fmt(ingestCpuRatio, 2)}×)`,
     "≥ 0.6× bare Koa",
     verdict(Number.isNaN(ingestRatio) ? undefined : ingestRatio >= 0.6),
-    `${formatCpu(r.single?.cpu)}; bare Koa: ${formatCpu(r.koa?.cpu)}`,
+    `${pct(r.single?.cost.pct)}; bare Koa: ${pct(r.koa?.cost.pct)}`,
   ]);
   rows.push([
     `2. Emit ingest, batch of ${S.batchSize}`,
-    r.batch ? `${closed(r.batch)} = **${fmt(r.batch.reqPerSec * S.batchSize)} events/s**` : "not run",
+    r.batch
+      ? `${closed(r.batch)} = **${fmt(r.batch.reqPerSec * S.batchSize)} events/s**${unitCost(r.batch.cost, "daemon", "event")}`
+      : "not run",
     "—",
     `${fmt(ratio(r.batch ? r.batch.reqPerSec * S.batchSize : undefined, r.single?.reqPerSec), 1)}× single (events/s)`,
     "—",
     "—",
-    formatCpu(r.batch?.cpu),
+    pct(r.batch?.cost.pct),
   ]);
   rows.push([
     `3. Draining a ${fmt(S.backlog)}-event backlog`,
-    drained(r.drain),
-    `plain BullMQ: ${drained(r.bull)}`,
-    `${fmt(drainRatio, 2)}×`,
+    drained(r.drain, "daemon"),
+    `plain BullMQ: ${drained(r.bull, "worker")}`,
+    `**${fmt(drainRatio, 2)}×** (CPU/delivery: ${fmt(drainCpuRatio, 2)}×)`,
     "≥ 0.8× plain BullMQ",
     verdict(Number.isNaN(drainRatio) ? undefined : drainRatio >= 0.8 && r.drain?.complete === true),
-    `${formatCpu(r.drain?.cpu)}; BullMQ: ${formatCpu(r.bull?.cpu)}`,
+    `${pct(r.drain?.cost?.pct)}; BullMQ: ${pct(r.bull?.cost?.pct)}`,
   ]);
   for (const l of r.latency) {
     const complete = l.delivered === l.sent;
     rows.push([
       `4. Emit→delivered at ${fmt(l.rate)} events/s`,
       `p50 ${fmt(l.e2e.p50, 1)} ms · p99 ${fmt(l.e2e.p99, 1)} ms · max ${fmt(l.e2e.max, 1)} ms (${fmt(l.delivered)}/${fmt(l.sent)} delivered${l.failures ? `, ${l.failures} emit failures` : ""})`,
-      `emit→202: p50 ${fmt(l.ack.p50, 1)} ms · p99 ${fmt(l.ack.p99, 1)} ms`,
+      `emit→202: p50 ${fmt(l.ack.p50, 1)} ms · p99 ${fmt(l.ack.p99, 1)} ms${unitCost(l.cost, "daemon", "event, emit + delivery")}`,
       "—",
       l.rate === 1000 ? "p99 < 50 ms" : "—",
       l.rate === 1000 ? verdict(l.e2e.p99 < 50 && complete) : complete ? "(info)" : "incomplete",
-      formatCpu(l.cpu),
+      pct(l.cost.pct),
     ]);
   }
   rows.push(["Daemon peak RSS (VmHWM)", r.peakRssKb === undefined ? "n/a" : `${fmt(r.peakRssKb / 1024)} MiB`, "—", "—", "—", "—", "—"]);
 
-  const header = ["Measurement", "Tributary", "Baseline / detail", "Ratio", "Target", "Result", "CPU % of one core"];
+  const header = [
+    "Measurement",
+    "Tributary",
+    "Baseline / detail",
+    "Ratio",
+    "Target",
+    "Result",
+    "CPU % of one core (other = rest of the machine)",
+  ];
   const pace = S.latBatch === 1 ? "single emits (1 event per request)" : `${S.latBatch} events per request`;
   const out = [
     "",
@@ -100,12 +130,20 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     `|${header.map(() => "---").join("|")}|`,
     ...rows.map((row) => `| ${row.join(" | ")} |`),
     "",
-    `Settings: closed-loop ingest with autocannon, ${S.connections} connections, ${S.durationS} s (after a ${S.warmupS} s warm-up for single and Koa). ` +
+    `Settings: closed-loop ingest with autocannon, ${S.connections} connections, ${S.durationS} s (after a ${S.warmupS} s warm-up for single and Koa); ` +
+      "ingest CPU and Redis costs include the fan-out of the ingested events (no subscribers). " +
       `Backlog of ${fmt(S.backlog)} events pre-loaded through an API-only daemon, then drained by a full daemon (DELIVERY_CONCURRENCY ${S.deliveryConcurrency}); ` +
       `the BullMQ baseline adds the same number of jobs, then starts a Worker (concurrency ${S.deliveryConcurrency}); rate = deliveries between the first and last arrival. ` +
       `Latency phases: open loop, ${pace}, ${S.durationS} s each; pacer max lag ${r.latency.map((l) => `${fmt(l.maxLagMs, 1)} ms`).join(" / ") || "n/a"}. ` +
       "Daemon, baselines and redis-server run as separate processes; the load generator and the webhook receiver share the bench process (“bench” CPU). " +
+      "“other” is CPU used by unrelated processes on the machine during the phase: when it is high the absolute figures are depressed, the per-unit CPU costs much less so. " +
       `Total bench time ${fmt(meta.totalS)} s.`,
+    "",
+    "Redis commands per unit (top 8):",
+    `- single emit: ${top(r.single?.cost)}`,
+    `- batch, per event: ${top(r.batch?.cost)}`,
+    `- Tributary delivery (drain): ${top(r.drain?.cost)}`,
+    `- plain BullMQ delivery: ${top(r.bull?.cost)}`,
     "",
   ];
   process.stdout.write(out.join("\n"));

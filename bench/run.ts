@@ -17,9 +17,9 @@ import { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { createKeys } from "../src/store/keys.js";
 import { bullmqBaseline, drainResult, koaBaseline } from "./baselines.js";
-import { type CpuShares, cpuMeter } from "./cpu.js";
 import { apiData, type DaemonProcess, startDaemonProcess } from "./daemon-process.js";
 import { type ClosedLoopResult, hammer, openLoop, smallEvent } from "./load.js";
+import { type Cost, startMeter } from "./meter.js";
 import { startReceiver } from "./receiver.js";
 import { type Results, printReport } from "./report.js";
 import { fmt, sleep, summarize } from "./stats.js";
@@ -164,7 +164,8 @@ async function main(): Promise<Results> {
     const d = await startDaemonProcess({ redisUrl: redisServer.url, adminToken }, "daemon");
     daemon = d;
     cleanups.push(() => d.stop());
-    const cpu = cpuMeter({ daemon: d.child.pid, redis: redisServer.pid, bench: process.pid });
+    const meter = await startMeter({ daemon: d.child.pid, redis: redisServer.pid, bench: process.pid }, redis);
+    const deliveredBeforeMeter = receiver.count();
     // Where the backlog sits over time: when the outbox empties, fan-out is done and only delivery remains.
     let fanoutDone: { at: number; delivered: number } | undefined;
     const watch = setInterval(() => {
@@ -180,7 +181,7 @@ async function main(): Promise<Results> {
     clearInterval(watch);
     stopTrace();
     ensureAlive(d);
-    const base = drainResult(receiver, S.backlog, complete, cpu());
+    const base = drainResult(receiver, S.backlog, complete, await meter(receiver.count() - deliveredBeforeMeter));
     const w = receiver.window();
     let detail = "";
     if (fanoutDone && w) {
@@ -231,18 +232,20 @@ async function main(): Promise<Results> {
 
   const ingestUrl = `${dm.url}/v1/workflows/p_bench_ingest/events`;
   const auth = { authorization: `Bearer ${key}` };
-  const closedLoop = async (body: string, warmupS: number): Promise<ClosedLoopResult & { cpu: CpuShares }> => {
+  const closedLoop = async (body: string, warmupS: number, eventsPerRequest: number): Promise<ClosedLoopResult & { cost: Cost }> => {
     if (warmupS > 0) await hammer({ url: ingestUrl, body, headers: auth, durationS: warmupS, connections: S.connections });
-    const cpu = cpuMeter({ daemon: dm.child.pid, redis: redisServer.pid, bench: process.pid });
+    const meter = await startMeter({ daemon: dm.child.pid, redis: redisServer.pid, bench: process.pid }, redis);
     const r = await hammer({ url: ingestUrl, body, headers: auth, durationS: S.durationS, connections: S.connections });
-    const shares = cpu();
+    // Fan-out of what was just ingested is part of the price of an emit: wait for it before reading the meter.
+    await quiesce("fan-out of the ingested events");
+    const cost = await meter(r.ok * eventsPerRequest);
     ensureAlive(dm);
-    return { ...r, cpu: shares };
+    return { ...r, cost };
   };
 
   if (want("single")) {
     log(`single-emit ingest: ${S.durationS}s, ${S.connections} connections`);
-    results.single = await closedLoop(JSON.stringify({ event: smallEvent(1) }), S.warmupS);
+    results.single = await closedLoop(JSON.stringify({ event: smallEvent(1) }), S.warmupS, 1);
     log(`  ${fmt(results.single.reqPerSec)} req/s`);
     await quiesce("after single ingest");
   }
@@ -252,6 +255,7 @@ async function main(): Promise<Results> {
     results.batch = await closedLoop(
       JSON.stringify({ events: Array.from({ length: S.batchSize }, (_, i) => ({ event: smallEvent(i) })) }),
       0,
+      S.batchSize,
     );
     log(`  ${fmt(results.batch.reqPerSec)} req/s`);
     await quiesce("after batch ingest");
@@ -261,7 +265,7 @@ async function main(): Promise<Results> {
     for (const rate of S.rates) {
       log(`emit-to-delivered at ${rate} events/s for ${S.durationS}s (${S.latBatch} event(s)/request)`);
       receiver.reset();
-      const cpu = cpuMeter({ daemon: dm.child.pid, redis: redisServer.pid, bench: process.pid });
+      const meter = await startMeter({ daemon: dm.child.pid, redis: redisServer.pid, bench: process.pid }, redis);
       const r = await openLoop({
         origin: dm.url,
         path: "/v1/workflows/p_bench_lat/events",
@@ -271,9 +275,9 @@ async function main(): Promise<Results> {
         batch: S.latBatch,
         seqBase: rate * 1000,
       });
-      const shares = cpu();
       const expected = r.sentAt.size - r.failures * S.latBatch;
       await receiver.waitFor(expected, 60_000);
+      const cost = await meter(receiver.count());
       ensureAlive(dm);
       const e2e: number[] = [];
       for (const [seq, sent] of r.sentAt) {
@@ -288,7 +292,7 @@ async function main(): Promise<Results> {
         ack: summarize(r.ackMs),
         failures: r.failures,
         maxLagMs: r.maxLagMs,
-        cpu: shares,
+        cost,
       };
       results.latency.push(res);
       log(`  p50 ${fmt(res.e2e.p50, 1)} ms, p99 ${fmt(res.e2e.p99, 1)} ms, delivered ${res.delivered}/${res.sent}`);

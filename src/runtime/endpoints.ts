@@ -95,8 +95,50 @@ export function sourceEndpoints(d: EndpointDeps): Middleware {
   };
 }
 
+/**
+ * Inline runs in flight in this process, per source and per user. Each holds an isolate for up to
+ * the run time limit, so one user's slow or looping component must not take them all.
+ */
+export const INLINE_RUNS_PER_SOURCE = 2;
+export const INLINE_RUNS_PER_USER = 4;
+
+class InFlight {
+  private readonly counts = new Map<string, number>();
+  count(key: string): number {
+    return this.counts.get(key) ?? 0;
+  }
+  add(key: string, delta: number): void {
+    const n = this.count(key) + delta;
+    if (n <= 0) this.counts.delete(key);
+    else this.counts.set(key, n);
+  }
+}
+
+const inFlight = new InFlight();
+
 /** Runs the source now and answers with its first respond(); a run that never responds gets a clear error. */
 async function respondInline(ctx: Context, d: EndpointDeps, userId: string, sourceId: string, event: HttpEvent): Promise<void> {
+  if (inFlight.count(sourceId) >= INLINE_RUNS_PER_SOURCE || inFlight.count(userId) >= INLINE_RUNS_PER_USER) {
+    throw new TooManyRequestsError("too many requests to this source are being answered right now", 1, "too_many_inline_runs");
+  }
+  inFlight.add(sourceId, 1);
+  inFlight.add(userId, 1);
+  // The slot is held until the run ends, which may be after it responded.
+  const release = () => {
+    inFlight.add(sourceId, -1);
+    inFlight.add(userId, -1);
+  };
+  let run: Promise<unknown> | undefined;
+  try {
+    run = (await runInline(ctx, d, userId, sourceId, event)).run;
+  } finally {
+    if (run) void run.finally(release).catch(() => {});
+    else release();
+  }
+}
+
+/** Answers the request; returns the run, which may still be going on after it responded. */
+async function runInline(ctx: Context, d: EndpointDeps, userId: string, sourceId: string, event: HttpEvent): Promise<{ run: Promise<unknown> }> {
   let answered: (r: HttpResponse) => void = () => {};
   const response = new Promise<HttpResponse>((resolve) => {
     answered = resolve;
@@ -107,7 +149,8 @@ async function respondInline(ctx: Context, d: EndpointDeps, userId: string, sour
     sendCustom(ctx, first.r);
     // The run goes on after responding; its emits are recorded when it ends.
     run.catch((err) => d.logger.error({ err, sourceId }, "source run failed after responding"));
-    return;
+    // Wrapped: returning the bare promise would make this function wait for the run to end.
+    return { run };
   }
   const outcome = first.o;
   if (outcome.status === "skipped") {
@@ -119,4 +162,5 @@ async function respondInline(ctx: Context, d: EndpointDeps, userId: string, sour
   ctx.body = error
     ? { error: `the source's run failed before responding: ${error.code}: ${error.msg.slice(0, 300)}`, code: "source_run_failed" }
     : { error: "the source finished without calling this.http.respond()", code: "no_response" };
+  return { run };
 }

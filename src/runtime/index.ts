@@ -86,6 +86,11 @@ export function createRuntime(d: RuntimeDeps): Runtime {
       onCatastrophicError: (message) => d.logger.fatal({ message }, "isolated-vm lost control of an isolate"),
     },
   );
+  // Inline (customResponse) runs get their own isolates; endpoints cap them per source and user.
+  const inlineSandbox = new Sandbox(
+    { memoryMb: config.sandboxMemoryMb, timeoutMs: config.sandboxTimeoutMs },
+    { fetch, maxIsolates: 16, onCatastrophicError: (message) => d.logger.fatal({ message }, "isolated-vm lost control of an isolate") },
+  );
   const quotas = new Quotas(d.redis, d.keys, d.users, {
     dailyInvocations: config.freeDailyInvocationsQuota,
     dailyComputeMs: config.freeDailyComputeTimeQuotaMs,
@@ -94,6 +99,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     redis: d.redis,
     keys: d.keys,
     sandbox,
+    inlineSandbox,
     sources: d.sourceStore,
     components: d.components,
     ingest: d.ingest,
@@ -151,6 +157,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     async close() {
       await Promise.all([workers?.close(), scheduler?.close()]);
       sandbox.close();
+      inlineSandbox.close();
       closeSharedSandboxes();
     },
   };

@@ -30,9 +30,15 @@ export class RuntimeLifecycle implements SourceLifecycle {
     private readonly logger: Logger,
   ) {}
 
-  private async runHooks(source: SourceRecord, component: ComponentRecord, methods: RunMethod[]): Promise<RunResult[]> {
+  /** Runs hooks in order; each sees the db state the previous one left (as Pipedream saves between hooks). */
+  private async runHooks(
+    source: SourceRecord,
+    component: ComponentRecord,
+    methods: RunMethod[],
+    dbIn?: Record<string, unknown>,
+  ): Promise<{ results: RunResult[]; db: Record<string, unknown> | undefined }> {
     const results: RunResult[] = [];
-    let db: Record<string, unknown> | undefined;
+    let db = dbIn;
     for (const method of methods) {
       if (!component.hooks.includes(method)) continue;
       const result = await this.runner.execute(source, component, method, undefined, undefined, db);
@@ -44,21 +50,26 @@ export class RuntimeLifecycle implements SourceLifecycle {
       db = result.db;
       results.push(result);
     }
-    return results;
+    return { results, db };
   }
 
   async prepare(event: "create" | "update", next: SourceRecord, component: ComponentRecord, prev?: SourceRecord): Promise<void> {
     const results: RunResult[] = [];
+    let db: Record<string, unknown> | undefined;
     if (event === "update" && prev?.active) {
       const prevComponent =
         prev.component_id === component.id
           ? component
           : await this.components.require(prev.user_id, prev.component_id).catch(() => undefined);
-      if (prevComponent) results.push(...(await this.runHooks(prev, prevComponent, ["deactivate"])));
+      if (prevComponent) {
+        const done = await this.runHooks(prev, prevComponent, ["deactivate"]);
+        results.push(...done.results);
+        db = done.db;
+      }
     }
     const methods: RunMethod[] = event === "create" ? ["deploy"] : [];
     if (next.active) methods.push("activate");
-    results.push(...(await this.runHooks(next, component, methods)));
+    results.push(...(await this.runHooks(next, component, methods, db)).results);
     this.prepared.set(next.id, { component, results });
   }
 

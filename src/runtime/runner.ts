@@ -36,6 +36,8 @@ export interface RunnerDeps {
   redis: Redis;
   keys: Keys;
   sandbox: Sandbox;
+  /** A separate pool for runs that answer an HTTP request inline, so a flood of them cannot starve queued runs. */
+  inlineSandbox: Sandbox;
   sources: SourceStore;
   components: ComponentService;
   ingest: Ingest;
@@ -99,7 +101,8 @@ export class SourceRunner {
     const compiledCode = await this.d.components.compiled(source.user_id, component);
     const db =
       dbState ?? parseStored<Record<string, unknown>>(await this.d.redis.get(this.d.keys.sourceDb(source.user_id, source.id))) ?? {};
-    return this.d.sandbox.run({ compiledCode, sourceId: source.id, method, props: source.configured_props, db, event, onRespond });
+    const sandbox = onRespond ? this.d.inlineSandbox : this.d.sandbox;
+    return sandbox.run({ compiledCode, sourceId: source.id, method, props: source.configured_props, db, event, onRespond });
   }
 
   /** Records what a run or hook did and saves its db state. */

@@ -14,7 +14,7 @@ type Json = any;
 
 const TIMEOUT_MS = 500;
 
-const http = (name: string, run: string, custom = false) => `module.exports = {
+const httpSource = (name: string, run: string, custom = false) => `module.exports = {
   name: "Hostile ${name}",
   version: "0.0.1",
   props: { http: ${custom ? '{ type: "$.interface.http", customResponse: true }' : '"$.interface.http"'} },
@@ -95,7 +95,7 @@ async function bystander(path: string): Promise<(n: number) => Promise<void>> {
 describe("runaway runs", () => {
   it("stops an infinite loop at the time limit and records TIMEOUT, while other users are served", async () => {
     const u = await td.createUser();
-    const loop = await createSource(u.api, http("Loop", LOOP, true));
+    const loop = await createSource(u.api, httpSource("Loop", LOOP, true));
     const deliver = await bystander("/loop-bystander");
     const meUser = await td.createUser();
 
@@ -128,13 +128,13 @@ describe("runaway runs", () => {
 
   it("stops a memory hog with MEMORY_LIMIT and answers 502 to its custom response", async () => {
     const u = await td.createUser();
-    const queued = await createSource(u.api, http("Hog", HOG));
+    const queued = await createSource(u.api, httpSource("Hog", HOG));
     expectStatus(await anon().post(queued.configured_props.http.endpoint_url, { json: {} }), 200);
     const err = await firstError(u.api, queued.id);
     expect(err.error.code).toBe("MEMORY_LIMIT");
     expect(err.error.msg).toContain("16 MB");
 
-    const inline = await createSource(u.api, http("Hog inline", HOG, true));
+    const inline = await createSource(u.api, httpSource("Hog inline", HOG, true));
     const res = await anon().post(inline.configured_props.http.endpoint_url, { json: {} });
     expectStatus(res, 502);
     expect(res.body.error).toMatch(/MEMORY_LIMIT/);
@@ -143,10 +143,10 @@ describe("runaway runs", () => {
 
   it("stops a run whose promise never settles, queued or inline", async () => {
     const u = await td.createUser();
-    const queued = await createSource(u.api, http("Never", NEVER));
+    const queued = await createSource(u.api, httpSource("Never", NEVER));
     expectStatus(await anon().post(queued.configured_props.http.endpoint_url, { json: {} }), 200);
     expect((await firstError(u.api, queued.id)).error.code).toBe("TIMEOUT");
-    const inline = await createSource(u.api, http("Never inline", NEVER, true));
+    const inline = await createSource(u.api, httpSource("Never inline", NEVER, true));
     expectStatus(await anon().post(inline.configured_props.http.endpoint_url, { json: {} }), 504);
   });
 
@@ -162,7 +162,7 @@ describe("runaway runs", () => {
 
   it("keeps serving every user after many hostile runs at once", async () => {
     const u = await td.createUser();
-    const sources = await Promise.all([LOOP, HOG, NEVER].map((run, i) => createSource(u.api, http(`Mix ${i}`, run))));
+    const sources = await Promise.all([LOOP, HOG, NEVER].map((run, i) => createSource(u.api, httpSource(`Mix ${i}`, run))));
     const deliver = await bystander("/mix-bystander");
     for (const s of sources) {
       for (let i = 0; i < 3; i++) expectStatus(await anon().post(s.configured_props.http.endpoint_url, { json: { i } }), 200);
@@ -185,7 +185,7 @@ describe("runaway runs", () => {
 describe("escape attempts", () => {
   it("reach only the sandbox's own process object, never the daemon's", async () => {
     const u = await td.createUser();
-    const code = http(
+    const code = httpSource(
       "Escape",
       `const viaThis = this.constructor.constructor("return process")();
       const viaFn = (function () {}).constructor("return this")();
@@ -225,7 +225,7 @@ describe("escape attempts", () => {
     const u = await td.createUser();
     // A literal name is refused when the code is bundled (the module throws when loaded); a
     // computed one reaches the sandbox's require, which has nothing to give.
-    const caught = http(
+    const caught = httpSource(
       "Require caught",
       `const out = {};
       try { out.fs = typeof require("fs").readFileSync; } catch (e) { out.fs = e.message; }
@@ -246,7 +246,10 @@ describe("escape attempts", () => {
       computed: 'require("net") is not available: import allowed packages at the top of the component',
     });
 
-    const uncaught = await createSource(u.api, http("Require uncaught", `return require("child_process").execSync("id").toString();`));
+    const uncaught = await createSource(
+      u.api,
+      httpSource("Require uncaught", `return require("child_process").execSync("id").toString();`),
+    );
     expectStatus(await anon().post(uncaught.configured_props.http.endpoint_url, { json: {} }), 200);
     const err = await firstError(u.api, uncaught.id);
     expect(err.error.msg).toBe("package child_process is not allowed");
@@ -255,7 +258,7 @@ describe("escape attempts", () => {
 
   it("fails process.binding() as the missing function it is", async () => {
     const u = await td.createUser();
-    const s = await createSource(u.api, http("Binding", `return process.binding("fs").open("/etc/passwd", 0, 0);`));
+    const s = await createSource(u.api, httpSource("Binding", `return process.binding("fs").open("/etc/passwd", 0, 0);`));
     expectStatus(await anon().post(s.configured_props.http.endpoint_url, { json: {} }), 200);
     const err = await firstError(u.api, s.id);
     expect(err.error.code).toBe("TypeError");
@@ -275,5 +278,45 @@ describe("escape attempts", () => {
     expectStatus(res2, 400);
     expect(res2.body.error).toMatch(/package fs is not allowed/);
     expect((await u.api.get("/v1/users/me/sources")).body.data).toEqual([]);
+  });
+});
+
+describe("fair share of the sandbox", () => {
+  const FLOOD_TIMEOUT_MS = 2000;
+  let flooded: TestDaemon;
+
+  beforeAll(async () => {
+    flooded = await startTestDaemon({ SANDBOX_TIMEOUT_MS: String(FLOOD_TIMEOUT_MS) });
+  });
+
+  afterAll(async () => {
+    await flooded?.close();
+  });
+
+  // Custom-response runs happen in the API process. A burst of requests to a looping
+  // custom-response component must not hold the isolates that other users' runs need: inline runs
+  // have their own pool and are capped per source and per user (the excess answers 429).
+  it("runs another user's source promptly while one user floods a looping custom-response endpoint", async () => {
+    const http = client(flooded.url);
+    const attacker = await flooded.createUser("paid");
+    const loop = await createSource(attacker.api, httpSource("Flood", LOOP, true));
+    const victim = await flooded.createUser();
+    const healthy = await createSource(victim.api, HEALTHY);
+    const ran = async (n: number) =>
+      waitFor(async () => (await events(victim.api, healthy.id)).length === n, { timeoutMs: 15_000, what: `run ${n} of the victim` });
+    // A first run warms the path, so the timed one below measures only waiting for an isolate.
+    expectStatus(await http.post(healthy.configured_props.http.endpoint_url, { json: { n: 0 } }), 200);
+    await ran(1);
+
+    const flood = Array.from({ length: 20 }, () => http.post(loop.configured_props.http.endpoint_url, { json: {} }));
+    // Let the flood take the isolates before the victim's request (nothing observable says when
+    // every flooding run holds one; a quarter of the time limit is ample).
+    await new Promise((r) => setTimeout(r, FLOOD_TIMEOUT_MS / 4));
+    const started = Date.now();
+    expectStatus(await http.post(healthy.configured_props.http.endpoint_url, { json: { n: 1 } }), 200);
+    await ran(2);
+    const waited = Date.now() - started;
+    await Promise.all(flood);
+    expect(waited, `the victim's run took ${waited} ms`).toBeLessThan(FLOOD_TIMEOUT_MS / 2);
   });
 });

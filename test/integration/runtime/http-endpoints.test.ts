@@ -36,7 +36,7 @@ const SLOW = `module.exports = {
   version: "0.0.1",
   props: { http: "$.interface.http" },
   async run(event) {
-    await new Promise((resolve) => setTimeout(resolve, 400));
+    await new Promise((resolve) => setTimeout(resolve, 700));
     this.$emit({ late: event.body });
   },
 };
@@ -214,7 +214,7 @@ describe("what run() receives", () => {
     expectStatus(res, 200);
     expect(res.body).toEqual({ success: true });
     expect(res.headers.get("content-type")).toMatch(/application\/json/);
-    // The run sleeps 400 ms before emitting: when the answer arrives it has not emitted yet.
+    // The run sleeps 700 ms before emitting: when the answer arrives it has not emitted yet.
     expect(await summaries(u.api, s.id)).toEqual([]);
     const [e] = await atLeast(u.api, s.id, 1);
     expect(e.event).toEqual({ late: { n: 1 } });

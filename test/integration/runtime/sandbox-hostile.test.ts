@@ -52,14 +52,16 @@ describe("Sandbox against hostile code", () => {
   });
 
   it("ends a memory hog with MEMORY_LIMIT", async () => {
-    const r = await run(`module.exports = { name: "Hog", async run() { const a = []; while (true) a.push(new Array(1e6).fill(1)); } };`);
+    const r = await run(`module.exports = { name: "Hog", async run() { const a = []; while (true) a.push(new Array(1e7).fill(1)); } };`);
+    // 80 MB per step against a 32 MB limit: memory runs out long before the 500 ms time limit.
     expect(r.error?.code).toBe("MEMORY_LIMIT");
     await healthy();
   });
 
   it("ends a memory hog that starts after an await", async () => {
     const r = await run(`module.exports = { name: "Hog", async run() {
-      await new Promise((r) => setTimeout(r, 5)); const a = []; while (true) a.push(new Array(1e6).fill(1)); } };`);
+      await new Promise((r) => setTimeout(r, 5)); const a = []; while (true) a.push(new Array(1e7).fill(1)); } };`);
+    // 80 MB per step against a 32 MB limit: memory runs out long before the 500 ms time limit.
     expect(r.error?.code).toBe("MEMORY_LIMIT");
     await healthy();
   });

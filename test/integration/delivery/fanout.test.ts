@@ -1,0 +1,324 @@
+import { randomBytes } from "node:crypto";
+import { Queue } from "bullmq";
+import fc from "fast-check";
+import type { Redis } from "ioredis";
+import { Registry } from "prom-client";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { AttemptLog } from "../../../src/delivery/attempt-log.js";
+import { createSender } from "../../../src/delivery/sender.js";
+import { DeliveryWorker } from "../../../src/delivery/worker.js";
+import { deliveryIdFor, FANOUT_GROUP, FanoutWorker, uniqueListeners } from "../../../src/events/fanout.js";
+import { EventStore } from "../../../src/events/store.js";
+import { createGuardedAgent } from "../../../src/net/guarded-agent.js";
+import { createLogger } from "../../../src/observability/logger.js";
+import { createMetrics } from "../../../src/observability/metrics.js";
+import { QUEUES } from "../../../src/queue/catalog.js";
+import type { StoreContext } from "../../../src/store/context.js";
+import { createKeys, type Keys } from "../../../src/store/keys.js";
+import { SubscriptionStore } from "../../../src/store/subscriptions.js";
+import { WebhookStore } from "../../../src/store/webhooks.js";
+import { WorkflowStore } from "../../../src/store/workflows.js";
+import { startReceiver, type Receiver, waitFor } from "../../helpers/receiver.js";
+import { connectRedis, dropPrefix, testPrefix } from "../../helpers/redis.js";
+
+/**
+ * Fan-out against real Redis and BullMQ (ARCHITECTURE "the way an event travels"): a redone
+ * fan-out must not add a second job or a second delivery, entries a dead consumer left pending are
+ * taken over, and subscription matching agrees with a plain reference model.
+ */
+
+const logger = createLogger("silent");
+const newUserId = (): string => `u_${randomBytes(8).toString("hex")}`;
+
+interface World {
+  prefix: string;
+  keys: Keys;
+  redis: Redis;
+  blocking: Redis;
+  ctx: StoreContext;
+  subscriptions: SubscriptionStore;
+  attemptLog: AttemptLog;
+  events: EventStore;
+  deliveryQueue: Queue;
+  sourceRunQueue: Queue;
+  closers: (() => Promise<void>)[];
+}
+
+let w: World;
+
+beforeEach(async () => {
+  const prefix = testPrefix();
+  const keys = createKeys(prefix);
+  const redis = connectRedis();
+  const ctx: StoreContext = { redis, keys, now: Date.now, randomBytes: (n) => randomBytes(n) };
+  const queueOpts = { connection: redis.duplicate(), prefix: keys.bullPrefix };
+  w = {
+    prefix,
+    keys,
+    redis,
+    blocking: connectRedis(),
+    ctx,
+    subscriptions: new SubscriptionStore(ctx),
+    attemptLog: new AttemptLog(redis, keys, 1000, Date.now),
+    events: new EventStore(redis, keys),
+    deliveryQueue: new Queue(QUEUES.delivery, queueOpts),
+    sourceRunQueue: new Queue(QUEUES.sourceRun, queueOpts),
+    closers: [],
+  };
+});
+
+afterEach(async () => {
+  for (const close of w.closers.reverse()) await close();
+  await w.deliveryQueue.close();
+  await w.sourceRunQueue.close();
+  await dropPrefix(w.redis, w.prefix);
+  w.blocking.disconnect();
+  w.redis.disconnect();
+});
+
+function fanout(consumer: string, claimIdleMs = 15_000): FanoutWorker {
+  const f = new FanoutWorker({
+    blocking: w.blocking,
+    redis: w.redis,
+    keys: w.keys,
+    subscriptions: w.subscriptions,
+    attemptLog: w.attemptLog,
+    deliveryQueue: w.deliveryQueue,
+    sourceRunQueue: w.sourceRunQueue,
+    deliveryJobOptions: { attempts: 4 },
+    logger,
+    metrics: createMetrics(new Registry()),
+    consumer,
+    claimIdleMs,
+  });
+  w.closers.push(() => f.close());
+  return f;
+}
+
+function deliveryWorker(): DeliveryWorker {
+  const agent = createGuardedAgent({ allowPrivate: true });
+  const sender = createSender({ agent, timeoutMs: 2_000 });
+  const connection = w.redis.duplicate();
+  const worker = new DeliveryWorker({
+    connection,
+    prefix: w.keys.bullPrefix,
+    concurrency: 4,
+    sender,
+    attemptLog: w.attemptLog,
+    webhooks: new WebhookStore(w.ctx),
+    workflows: new WorkflowStore(w.ctx),
+    scheduleMs: [100, 200, 400],
+    logger,
+    metrics: createMetrics(new Registry()),
+  });
+  w.closers.push(async () => {
+    await worker.close();
+    await sender.close();
+    await agent.close();
+    connection.disconnect();
+  });
+  return worker;
+}
+
+async function createGroup(): Promise<void> {
+  await w.redis.xgroup("CREATE", w.keys.outbox(), FANOUT_GROUP, "0", "MKSTREAM");
+}
+
+async function recordEvents(userId: string, emitterId: string, n: number): Promise<string[]> {
+  return w.events.record({
+    userId,
+    emitterId,
+    emitterKind: "workflow",
+    channel: "",
+    events: Array.from({ length: n }, (_, i) => ({ payload: { i }, meta: {}, emitId: `emit_${i}` })),
+    acceptedAtMs: Date.now(),
+  });
+}
+
+async function outboxEntries(): Promise<[string, string[]][]> {
+  return (await w.redis.xrange(w.keys.outbox(), "-", "+")) as [string, string[]][];
+}
+
+async function jobIds(queue: Queue): Promise<string[]> {
+  const jobs = await queue.getJobs(["wait", "active", "delayed", "completed", "failed", "prioritized"]);
+  return jobs.map((j) => j.id ?? "").sort();
+}
+
+let rx: Receiver;
+beforeAll(async () => {
+  rx = await startReceiver();
+});
+afterAll(async () => {
+  await rx.close();
+});
+
+describe("fan-out redo", () => {
+  it("adds one job and one delivery per event and listener, however often an entry is fanned out", async () => {
+    const userId = newUserId();
+    const path = `/redo-${randomBytes(4).toString("hex")}`;
+    const hook = await new WebhookStore(w.ctx).create(userId, {
+      url: rx.url(path),
+      name: null,
+      description: null,
+      signingSecret: `whsec_${randomBytes(24).toString("base64")}`,
+    });
+    const emitter = "p_redo";
+    await w.subscriptions.create(userId, emitter, hook.id, "");
+    await w.subscriptions.create(userId, "p_*", hook.id, "default"); // the same listener again, through a glob
+    await w.subscriptions.create(userId, emitter, "dc_listener0001", "");
+    await createGroup();
+    const ids = await recordEvents(userId, emitter, 3);
+    const entries = await outboxEntries();
+    expect(entries).toHaveLength(3);
+
+    const f = fanout("redo");
+    await f.process(entries);
+    await f.process(entries); // a crash between the jobs and the XACK makes the entry come back
+    const expectedDeliveries = ids.map((eventId) => deliveryIdFor({ userId, emitterId: emitter, channel: "", eventId }, hook.id)).sort();
+    expect(await jobIds(w.deliveryQueue)).toEqual(expectedDeliveries);
+    expect(await jobIds(w.sourceRunQueue)).toHaveLength(3);
+    expect(await w.redis.zcard(w.keys.deliveries(userId, hook.id))).toBe(3);
+    expect(await w.redis.xlen(w.keys.outbox())).toBe(0);
+
+    // Delivered once each...
+    deliveryWorker().start();
+    await rx.waitFor((r) => r.to(path).length >= 3, { what: "3 deliveries" });
+    const delivered = async () => {
+      const page = await w.attemptLog.list(userId, hook.id, { limit: 10 });
+      return page.data.length === 3 && page.data.every((d) => d.status === "delivered");
+    };
+    await waitFor(delivered, { what: "3 delivered records" });
+
+    // ...and a redo after delivery finds the completed jobs and adds nothing.
+    await f.process(entries);
+    expect(await jobIds(w.deliveryQueue)).toEqual(expectedDeliveries);
+    expect((await w.deliveryQueue.getJobCounts("wait", "active", "delayed")).wait).toBe(0);
+
+    // Once the completed jobs are gone (removeOnComplete), a redo adds jobs again; the worker
+    // finds the deliveries done in the attempt log and sends nothing.
+    for (const job of await w.deliveryQueue.getJobs(["completed"])) await job.remove();
+    await f.process(entries);
+    await waitFor(async () => (await w.deliveryQueue.getJobCounts("completed")).completed === 3, {
+      what: "the redone jobs to complete",
+    });
+    expect(
+      rx
+        .to(path)
+        .map((r) => r.headers["x-tributary-event-id"])
+        .sort(),
+    ).toEqual([...ids].sort());
+  });
+});
+
+describe("fan-out takeover", () => {
+  it("takes over entries a dead consumer read but never acknowledged, once they are idle", async () => {
+    const userId = newUserId();
+    const emitter = "p_takeover";
+    await w.subscriptions.create(userId, emitter, "wh_listener0001", "");
+    await createGroup();
+    const ids = await recordEvents(userId, emitter, 5);
+    // A consumer reads the entries and dies before fanning them out.
+    await w.redis.xreadgroup("GROUP", FANOUT_GROUP, "dead-consumer", "COUNT", 100, "STREAMS", w.keys.outbox(), ">");
+    const readAt = Date.now();
+    const pendingSummary = (await w.redis.xpending(w.keys.outbox(), FANOUT_GROUP)) as [number, string, string, [string, string][]];
+    expect(pendingSummary[0]).toBe(5);
+    expect(pendingSummary[3]).toEqual([["dead-consumer", "5"]]);
+
+    const claimIdleMs = 300;
+    await fanout("live-consumer", claimIdleMs).start();
+    const expected = ids.map((eventId) => deliveryIdFor({ userId, emitterId: emitter, channel: "", eventId }, "wh_listener0001")).sort();
+    await waitFor(async () => (await jobIds(w.deliveryQueue)).length === 5, { what: "5 delivery jobs", timeoutMs: 10_000 });
+    expect(await jobIds(w.deliveryQueue)).toEqual(expected);
+    const jobs = await w.deliveryQueue.getJobs(["wait"]);
+    // Not taken before the entries had been idle for claimIdleMs.
+    expect(Math.min(...jobs.map((j) => j.timestamp)) - readAt).toBeGreaterThanOrEqual(claimIdleMs - 20);
+    await waitFor(async () => Number(((await w.redis.xpending(w.keys.outbox(), FANOUT_GROUP)) as [number])[0]) === 0, {
+      what: "the pending list to empty",
+    });
+    expect(await w.redis.xlen(w.keys.outbox())).toBe(0);
+
+    // The live consumer also reads new entries the normal way.
+    const [late] = await recordEvents(userId, emitter, 1);
+    const lateId = deliveryIdFor({ userId, emitterId: emitter, channel: "", eventId: late! }, "wh_listener0001");
+    await waitFor(async () => (await jobIds(w.deliveryQueue)).includes(lateId), { what: "the job of a new entry" });
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Property: subscription matching equals a reference model
+
+interface SubTriple {
+  emitter: string;
+  listener: string;
+  channel: string;
+}
+
+/**
+ * The reference model of SPEC §2 subscription matching: a subscription matches an event when its
+ * emitter is the event's emitter or the glob of its kind (dc_*, p_*), and its channel equals the
+ * event's channel, "" and "default" being the same. The result is a set of listeners: an exact
+ * and a glob subscription to the same listener make one delivery. Subscriptions of one user never
+ * see another user's events (the model keeps one list per user).
+ */
+function referenceListeners(subs: readonly SubTriple[], event: { emitter: string; channel: string }): Set<string> {
+  const channel = (c: string) => (c === "default" ? "" : c);
+  const emitterMatches = (pattern: string) =>
+    pattern === event.emitter ||
+    (pattern === "dc_*" && event.emitter.startsWith("dc_")) ||
+    (pattern === "p_*" && event.emitter.startsWith("p_"));
+  return new Set(subs.filter((s) => emitterMatches(s.emitter) && channel(s.channel) === channel(event.channel)).map((s) => s.listener));
+}
+
+const EMITTERS = ["dc_aaaaaaaaaaaa", "dc_bbbbbbbbbbbb", "p_alpha", "p_beta"];
+const LISTENERS = ["wh_111111111111", "wh_222222222222", "p_listener", "dc_listener00001"];
+const channelArb = fc.oneof(
+  fc.constantFrom("", "default", "Default", "$errors", "$logs", "orders", "a:b", "%3A"),
+  fc.string({ minLength: 1, maxLength: 12 }),
+);
+
+describe("subscription matching (property)", () => {
+  it("finds exactly the listeners the reference model finds, per user, with creates and deletes", async () => {
+    const opArb = fc.record({
+      kind: fc.constantFrom("create", "create", "create", "delete"),
+      user: fc.constantFrom(0, 1),
+      emitter: fc.constantFrom(...EMITTERS, "dc_*", "p_*"),
+      listener: fc.constantFrom(...LISTENERS),
+      channel: channelArb,
+    });
+    const eventArb = fc.record({
+      user: fc.constantFrom(0, 1),
+      emitter: fc.constantFrom(...EMITTERS, "p_nosubs", "dc_nosubs000000"),
+      channel: channelArb,
+    });
+    await fc.assert(
+      fc.asyncProperty(fc.array(opArb, { maxLength: 25 }), fc.array(eventArb, { minLength: 1, maxLength: 12 }), async (ops, events) => {
+        const users = [newUserId(), newUserId()] as const;
+        const model: Map<string, SubTriple>[] = [new Map(), new Map()];
+        const tripleKey = (s: SubTriple) => `${s.emitter}\n${s.listener}\n${s.channel === "default" ? "" : s.channel}`;
+        for (const op of ops) {
+          const triple = { emitter: op.emitter, listener: op.listener, channel: op.channel };
+          const userModel = model[op.user]!;
+          if (op.kind === "create") {
+            const rec = await w.subscriptions.create(users[op.user], op.emitter, op.listener, op.channel);
+            expect(rec).toMatchObject({ emitter_id: op.emitter, listener_id: op.listener });
+            if (!userModel.has(tripleKey(triple))) userModel.set(tripleKey(triple), triple);
+          } else {
+            const existed = await w.subscriptions.deleteTriple(users[op.user], op.emitter, op.listener, op.channel);
+            expect(existed).toBe(userModel.has(tripleKey(triple)));
+            userModel.delete(tripleKey(triple));
+          }
+        }
+        for (const ev of events) {
+          const expected = [...referenceListeners([...model[ev.user]!.values()], ev)].sort();
+          // Fan-out passes the stored (normalised) channel; the raw name must give the same answer.
+          for (const channel of [ev.channel, ev.channel === "default" ? "" : ev.channel]) {
+            const listeners = uniqueListeners(await w.subscriptions.matching(users[ev.user], ev.emitter, channel));
+            expect(listeners.length).toBe(new Set(listeners).size);
+            expect([...listeners].sort()).toEqual(expected);
+          }
+        }
+      }),
+      { numRuns: 150 },
+    );
+  });
+});
