@@ -15,11 +15,17 @@ const sandbox = new Sandbox({
   maxEventBytes: 1024,
   maxDbBytes: 2048,
 });
-afterAll(() => sandbox.close());
+afterAll(() => {
+  sandbox.close();
+  roomy.close();
+});
 
-async function run(code: string, req: Partial<RunRequest> = {}) {
+/** Memory tests get a roomy time limit, so a busy CPU cannot turn MEMORY_LIMIT into TIMEOUT. */
+const roomy = new Sandbox({ memoryMb: 32, timeoutMs: 10_000 });
+
+async function run(code: string, req: Partial<RunRequest> = {}, box: Sandbox = sandbox) {
   const compiledCode = await compileComponent(code, { allowedPackages });
-  return sandbox.run({ compiledCode, sourceId: "dc_hostile", method: "run", props: {}, db: {}, ...req });
+  return box.run({ compiledCode, sourceId: "dc_hostile", method: "run", props: {}, db: {}, ...req });
 }
 
 const healthy = async () => {
@@ -52,16 +58,22 @@ describe("Sandbox against hostile code", () => {
   });
 
   it("ends a memory hog with MEMORY_LIMIT", async () => {
-    const r = await run(`module.exports = { name: "Hog", async run() { const a = []; while (true) a.push(new Array(1e7).fill(1)); } };`);
-    // 80 MB per step against a 32 MB limit: memory runs out long before the 500 ms time limit.
+    const r = await run(
+      `module.exports = { name: "Hog", async run() { const a = []; while (true) a.push(new Array(1e6).fill(1)); } };`,
+      {},
+      roomy,
+    );
     expect(r.error?.code).toBe("MEMORY_LIMIT");
     await healthy();
   });
 
   it("ends a memory hog that starts after an await", async () => {
-    const r = await run(`module.exports = { name: "Hog", async run() {
-      await new Promise((r) => setTimeout(r, 5)); const a = []; while (true) a.push(new Array(1e7).fill(1)); } };`);
-    // 80 MB per step against a 32 MB limit: memory runs out long before the 500 ms time limit.
+    const r = await run(
+      `module.exports = { name: "Hog", async run() {
+      await new Promise((r) => setTimeout(r, 5)); const a = []; while (true) a.push(new Array(1e6).fill(1)); } };`,
+      {},
+      roomy,
+    );
     expect(r.error?.code).toBe("MEMORY_LIMIT");
     await healthy();
   });
