@@ -81,6 +81,8 @@ export async function bullmqBaseline(opts: {
       removeOnComplete: { age: 600, count: 50_000 },
       removeOnFail: { age: 3600, count: 50_000 },
     };
+    const addStart = performance.now();
+    const addCpu = process.cpuUsage();
     for (let i = 0; i < opts.backlog; i += 1000) {
       const jobs = [];
       for (let k = i; k < Math.min(opts.backlog, i + 1000); k++) {
@@ -100,6 +102,8 @@ export async function bullmqBaseline(opts: {
       }
       await queue.addBulk(jobs);
     }
+    const used = process.cpuUsage(addCpu);
+    const addDetail = `pre-load: addBulk of ${opts.backlog} jobs took ${Math.round(performance.now() - addStart)} ms, ${Math.round((used.user + used.system) / opts.backlog)} µs producer CPU per job (not counted above)`;
     opts.receiver.reset();
     const child = spawnNode("bullmq-baseline", TSX, "bench/baseline-child.ts", ["bullmq"], {
       REDIS_URL: opts.redisUrl,
@@ -115,7 +119,7 @@ export async function bullmqBaseline(opts: {
       const cost = await meter(opts.receiver.count());
       const gone = child.exited();
       if (gone) throw new Error(`bullmq baseline worker crashed (${JSON.stringify(gone)}):\n${child.tail()}`);
-      return drainResult(opts.receiver, opts.backlog, complete, cost);
+      return { ...drainResult(opts.receiver, opts.backlog, complete, cost), detail: addDetail };
     } finally {
       await child.stop();
     }

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 
 /** CPU time of a process in ms (user + system), from /proc; undefined when it is gone. */
-function cpuMsOf(pid: number): number | undefined {
+export function cpuMsOf(pid: number): number | undefined {
   if (pid === process.pid) {
     const u = process.cpuUsage();
     return (u.user + u.system) / 1000;

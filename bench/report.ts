@@ -6,6 +6,7 @@ import { fmt, type Summary } from "./stats.js";
 
 export interface LatencyResult {
   readonly rate: number;
+  readonly batch: number;
   readonly sent: number;
   readonly delivered: number;
   readonly e2e: Summary;
@@ -21,7 +22,7 @@ export interface Results {
     warmupS: number;
     backlog: number;
     connections: number;
-    latBatch: number;
+    latency: readonly { rate: number; batch: number }[];
     batchSize: number;
     deliveryConcurrency: number;
   };
@@ -101,12 +102,16 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
   for (const l of r.latency) {
     const complete = l.delivered === l.sent;
     rows.push([
-      `4. Emit→delivered at ${fmt(l.rate)} events/s`,
+      `4. Emit→delivered at ${fmt(l.rate)} events/s, ${l.batch === 1 ? "single emits" : `${l.batch} events per request`}`,
       `p50 ${fmt(l.e2e.p50, 1)} ms · p99 ${fmt(l.e2e.p99, 1)} ms · max ${fmt(l.e2e.max, 1)} ms (${fmt(l.delivered)}/${fmt(l.sent)} delivered${l.failures ? `, ${l.failures} emit failures` : ""})`,
       `emit→202: p50 ${fmt(l.ack.p50, 1)} ms · p99 ${fmt(l.ack.p99, 1)} ms${unitCost(l.cost, "daemon", "event, emit + delivery")}`,
       "—",
-      l.rate === 1000 ? "p99 < 50 ms" : "—",
-      l.rate === 1000 ? verdict(l.e2e.p99 < 50 && complete) : complete ? "(info)" : "incomplete",
+      l.rate === 1000 && l.batch === 1 ? "p99 < 50 ms" : "(info)",
+      l.rate === 1000 && l.batch === 1
+        ? verdict(l.e2e.p99 < 50 && complete)
+        : complete
+          ? `${l.e2e.p99 < 50 ? "under" : "over"} 50 ms`
+          : "incomplete",
       pct(l.cost.pct),
     ]);
   }
@@ -121,7 +126,6 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     "Result",
     "CPU % of one core (other = rest of the machine)",
   ];
-  const pace = S.latBatch === 1 ? "single emits (1 event per request)" : `${S.latBatch} events per request`;
   const out = [
     "",
     `## ${meta.title}`,
@@ -134,7 +138,8 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
       "ingest CPU and Redis costs include the fan-out of the ingested events (no subscribers). " +
       `Backlog of ${fmt(S.backlog)} events pre-loaded through an API-only daemon, then drained by a full daemon (DELIVERY_CONCURRENCY ${S.deliveryConcurrency}); ` +
       `the BullMQ baseline adds the same number of jobs, then starts a Worker (concurrency ${S.deliveryConcurrency}); rate = deliveries between the first and last arrival. ` +
-      `Latency phases: open loop, ${pace}, ${S.durationS} s each; pacer max lag ${r.latency.map((l) => `${fmt(l.maxLagMs, 1)} ms`).join(" / ") || "n/a"}. ` +
+      `Latency phases: open loop (requests sent on a 1 ms timer schedule whatever the answers), ${S.durationS} s each, latency = arrival at the receiver − send time of the request carrying the event; ` +
+      `pacer max lag ${r.latency.map((l) => `${fmt(l.maxLagMs, 1)} ms`).join(" / ") || "n/a"}; the target is judged on single emits at 1,000/s. ` +
       "Daemon, baselines and redis-server run as separate processes; the load generator and the webhook receiver share the bench process (“bench” CPU). " +
       "“other” is CPU used by unrelated processes on the machine during the phase: when it is high the absolute figures are depressed, the per-unit CPU costs much less so. " +
       `Total bench time ${fmt(meta.totalS)} s.`,

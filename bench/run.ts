@@ -5,9 +5,10 @@
  * Exit 0 when every phase ran (targets missed or not); 1 when something crashed.
  *
  * Knobs (environment): BENCH_DURATION_S (10), BENCH_BACKLOG (20000), BENCH_CONNECTIONS (8),
- * BENCH_LAT_BATCH (events per request in the latency phases, 1), BENCH_PHASES (comma list of
- * koa,bullmq,drain,single,batch,latency; default all), BENCH_CPU_PROF (directory for V8 CPU
- * profiles of the daemon).
+ * BENCH_PHASES (comma list of koa,bullmq,drain,single,batch,latency; default all),
+ * BENCH_CPU_PROF (directory for V8 CPU profiles of the daemon), BENCH_TRACE=1 (drain progress),
+ * BENCH_DAEMON_ROOT (run the daemon from another checkout), BENCH_DAEMON_ENV ("K=V,K2=V2" extra
+ * daemon settings, e.g. ROLES=api or DELIVERY_CONCURRENCY=128).
  */
 import { randomBytes } from "node:crypto";
 import { availableParallelism } from "node:os";
@@ -17,6 +18,7 @@ import { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { createKeys } from "../src/store/keys.js";
 import { bullmqBaseline, drainResult, koaBaseline } from "./baselines.js";
+import { cpuMsOf } from "./cpu.js";
 import { apiData, type DaemonProcess, startDaemonProcess } from "./daemon-process.js";
 import { type ClosedLoopResult, hammer, openLoop, smallEvent } from "./load.js";
 import { type Cost, startMeter } from "./meter.js";
@@ -37,10 +39,15 @@ const SETTINGS = {
   warmupS: 2,
   backlog: envInt("BENCH_BACKLOG", 20_000),
   connections: envInt("BENCH_CONNECTIONS", 8),
-  latBatch: envInt("BENCH_LAT_BATCH", 1),
   batchSize: 100,
   deliveryConcurrency: 64, // Tributary's DELIVERY_CONCURRENCY default
-  rates: [1000, 2000],
+  /** Open-loop latency runs: events/s and events per request (1 = single emits). */
+  latency: [
+    { rate: 1000, batch: 1 },
+    { rate: 2000, batch: 1 },
+    { rate: 1000, batch: 10 },
+    { rate: 2000, batch: 10 },
+  ],
 };
 const KEY_PREFIX = "trib"; // the daemon's default REDIS_KEY_PREFIX
 
@@ -166,28 +173,40 @@ async function main(): Promise<Results> {
     cleanups.push(() => d.stop());
     const meter = await startMeter({ daemon: d.child.pid, redis: redisServer.pid, bench: process.pid }, redis);
     const deliveredBeforeMeter = receiver.count();
+    const outboxAtMeter = await redis.xlen(keys.outbox());
+    const cpuAtMeter = cpuMsOf(d.child.pid) ?? 0;
     // Where the backlog sits over time: when the outbox empties, fan-out is done and only delivery remains.
-    let fanoutDone: { at: number; delivered: number } | undefined;
+    let fanoutDone: { at: number; delivered: number; cpuMs: number } | undefined;
     const watch = setInterval(() => {
       void redis
         .xlen(keys.outbox())
         .then((n) => {
-          if (n === 0 && !fanoutDone) fanoutDone = { at: performance.now(), delivered: receiver.count() };
+          if (n === 0 && !fanoutDone) fanoutDone = { at: performance.now(), delivered: receiver.count(), cpuMs: cpuMsOf(d.child.pid) ?? 0 };
         })
         .catch(() => {});
     }, 100);
     const stopTrace = TRACE ? trace(redis, keys, receiver) : () => {};
     const complete = await receiver.waitFor(S.backlog, 120_000);
+    const cpuAtEnd = cpuMsOf(d.child.pid) ?? 0;
     clearInterval(watch);
     stopTrace();
     ensureAlive(d);
     const base = drainResult(receiver, S.backlog, complete, await meter(receiver.count() - deliveredBeforeMeter));
     const w = receiver.window();
     let detail = "";
-    if (fanoutDone && w) {
-      const tail = S.backlog - fanoutDone.delivered;
+    const tail = fanoutDone ? S.backlog - fanoutDone.delivered : 0;
+    if (fanoutDone && w && tail > 500 && outboxAtMeter > 0) {
+      // Split the daemon's CPU: after the outbox emptied it only delivers, which prices a delivery;
+      // the rest of the CPU before that moment is the fan-out's.
       const tailMs = w.last - fanoutDone.at;
-      detail = `fan-out done after ${fmt((fanoutDone.at - w.first) / 1000, 1)} s with ${fmt(fanoutDone.delivered)} delivered; delivery alone afterwards: ${tailMs > 0 && tail > 100 ? fmt((tail * 1000) / tailMs) : "n/a"}/s`;
+      const usPerDelivery = ((cpuAtEnd - fanoutDone.cpuMs) * 1000) / tail;
+      const fanoutUs =
+        ((fanoutDone.cpuMs - cpuAtMeter) * 1000 - usPerDelivery * (fanoutDone.delivered - deliveredBeforeMeter)) / outboxAtMeter;
+      detail =
+        `fan-out finished ${fmt((fanoutDone.at - w.first) / 1000, 1)} s in, with ${fmt(fanoutDone.delivered)} delivered; ` +
+        `delivery alone afterwards ${fmt((tail * 1000) / tailMs)}/s. Daemon CPU split: ≈${fmt(fanoutUs)} µs fan-out per event + ≈${fmt(usPerDelivery)} µs per delivery`;
+    } else if (fanoutDone && w) {
+      detail = `fan-out finished ${fmt((fanoutDone.at - w.first) / 1000, 1)} s in, with ${fmt(fanoutDone.delivered)} delivered`;
     }
     results.drain = { ...base, detail };
     log(`  ${fmt(results.drain.perSec)} deliveries/s (${results.drain.delivered}/${results.drain.expected}); ${detail}`);
@@ -262,8 +281,8 @@ async function main(): Promise<Results> {
   }
 
   if (want("latency")) {
-    for (const rate of S.rates) {
-      log(`emit-to-delivered at ${rate} events/s for ${S.durationS}s (${S.latBatch} event(s)/request)`);
+    for (const [index, { rate, batch }] of S.latency.entries()) {
+      log(`emit-to-delivered at ${rate} events/s for ${S.durationS}s (${batch} event(s)/request)`);
       receiver.reset();
       const meter = await startMeter({ daemon: dm.child.pid, redis: redisServer.pid, bench: process.pid }, redis);
       const r = await openLoop({
@@ -272,10 +291,10 @@ async function main(): Promise<Results> {
         token: key,
         rate,
         durationMs: S.durationS * 1000,
-        batch: S.latBatch,
-        seqBase: rate * 1000,
+        batch,
+        seqBase: (index + 1) * 10_000_000,
       });
-      const expected = r.sentAt.size - r.failures * S.latBatch;
+      const expected = r.sentAt.size - r.failures * batch;
       await receiver.waitFor(expected, 60_000);
       const cost = await meter(receiver.count());
       ensureAlive(dm);
@@ -286,6 +305,7 @@ async function main(): Promise<Results> {
       }
       const res = {
         rate,
+        batch,
         sent: r.sentAt.size,
         delivered: e2e.length,
         e2e: summarize(e2e),

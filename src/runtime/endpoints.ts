@@ -138,7 +138,13 @@ async function respondInline(ctx: Context, d: EndpointDeps, userId: string, sour
 }
 
 /** Answers the request; returns the run, which may still be going on after it responded. */
-async function runInline(ctx: Context, d: EndpointDeps, userId: string, sourceId: string, event: HttpEvent): Promise<{ run: Promise<unknown> }> {
+async function runInline(
+  ctx: Context,
+  d: EndpointDeps,
+  userId: string,
+  sourceId: string,
+  event: HttpEvent,
+): Promise<{ run: Promise<unknown> }> {
   let answered: (r: HttpResponse) => void = () => {};
   const response = new Promise<HttpResponse>((resolve) => {
     answered = resolve;
