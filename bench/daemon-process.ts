@@ -17,6 +17,8 @@ export interface DaemonProcessOptions {
   /** ROLES; default every role. */
   readonly roles?: string;
   readonly env?: Record<string, string>;
+  /** Readiness check for a process without the api role (no /readyz to poll). */
+  readonly ready?: (pid: number) => Promise<boolean>;
 }
 
 /** BENCH_DAEMON_ENV="K=V,K2=V2": extra daemon settings (e.g. DELIVERY_CONCURRENCY=128) for experiments. */
@@ -56,12 +58,14 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
   for (;;) {
     const gone = child.exited();
     if (gone) throw new Error(`${name} exited during start-up (${JSON.stringify(gone)}):\n${child.tail()}`);
-    const ok = await fetch(`${url}/readyz`)
-      .then(async (r) => {
-        await r.arrayBuffer();
-        return r.status === 200;
-      })
-      .catch(() => false);
+    const ok = opts.ready
+      ? await opts.ready(child.pid).catch(() => false)
+      : await fetch(`${url}/readyz`)
+          .then(async (r) => {
+            await r.arrayBuffer();
+            return r.status === 200;
+          })
+          .catch(() => false);
     if (ok) break;
     if (Date.now() > deadline) {
       await child.stop(2000);
@@ -100,4 +104,66 @@ export async function apiData<T>(base: string, token: string, method: string, pa
   const r = await api(base, token, method, path, json);
   if (r.status !== expect) throw new Error(`${method} ${path}: expected ${expect}, got ${r.status} ${JSON.stringify(r.body)}`);
   return (r.body as { data: T }).data;
+}
+
+/**
+ * What the phases run against: one full daemon, or (BENCH_SPLIT=1) an API process plus a
+ * worker+scheduler process sharing the Redis, as ROLES allows.
+ */
+export interface Deployment {
+  readonly url: string;
+  /** Process name ("daemon", or "api" and "worker") -> pid, for the CPU meter. */
+  readonly pids: Readonly<Record<string, number>>;
+  /** The process running fan-out and delivery, if any. */
+  readonly workerPid: number | undefined;
+  readonly hasWorker: boolean;
+  /** Throws when a process of the deployment died. */
+  ensureAlive(): void;
+  peakRssKb(): Record<string, number | undefined>;
+  stop(): Promise<void>;
+}
+
+export async function startDeployment(opts: {
+  redisUrl: string;
+  adminToken: string;
+  split: boolean;
+  /** True once a worker-only process with this pid is consuming (used only when split). */
+  workerReady: (pid: number) => Promise<boolean>;
+}): Promise<Deployment> {
+  const base = { redisUrl: opts.redisUrl, adminToken: opts.adminToken };
+  const named: [string, DaemonProcess][] = [];
+  try {
+    if (opts.split) {
+      named.push(["worker", await startDaemonProcess({ ...base, roles: "worker,scheduler", ready: opts.workerReady }, "worker")]);
+      named.push(["api", await startDaemonProcess({ ...base, roles: "api" }, "api")]);
+    } else {
+      named.push(["daemon", await startDaemonProcess(base, "daemon")]);
+    }
+  } catch (err) {
+    await Promise.all(named.map(([, d]) => d.stop()));
+    throw err;
+  }
+  const http = named.find(([, d]) => d.roles.includes("api"))?.[1];
+  const worker = named.find(([, d]) => d.roles.includes("worker"))?.[1];
+  return {
+    url: http?.url ?? "",
+    pids: Object.fromEntries(named.map(([n, d]) => [n, d.child.pid])),
+    workerPid: worker?.child.pid,
+    hasWorker: worker !== undefined,
+    ensureAlive() {
+      for (const [n, d] of named) {
+        const gone = d.child.exited();
+        if (gone) throw new Error(`${n} process crashed (${JSON.stringify(gone)}):\n${d.child.tail()}`);
+      }
+    },
+    peakRssKb: () => Object.fromEntries(named.map(([n, d]) => [n, d.child.peakRssKb()])),
+    async stop() {
+      await Promise.all(named.map(([, d]) => d.stop()));
+      for (const [n, d] of named) {
+        const gone = d.child.exited();
+        if (gone && gone.code !== 0)
+          process.stderr.write(`note: ${n} exited with ${JSON.stringify(gone)} on SIGTERM:\n${d.child.tail()}\n`);
+      }
+    },
+  };
 }

@@ -26,13 +26,15 @@ export interface Results {
     batchSize: number;
     deliveryConcurrency: number;
   };
+  /** The daemon ran as an api process plus a worker process. */
+  split: boolean;
   koa?: ClosedLoopResult & { cost: Cost };
   bull?: DrainResult;
   drain?: DrainResult;
   single?: ClosedLoopResult & { cost: Cost };
   batch?: ClosedLoopResult & { cost: Cost };
   latency: LatencyResult[];
-  peakRssKb?: number;
+  peakRssKb?: Record<string, number | undefined>;
 }
 
 const verdict = (ok: boolean | undefined) => (ok === undefined ? "not run" : ok ? "✅ met" : "❌ missed");
@@ -46,19 +48,20 @@ const pct = (s: CpuShares | undefined) =>
         .map(([k, v]) => `${k} ${Math.round(v)}`)
         .join(" · ")
     : "—";
-/** "450 µs daemon + 60 µs redis CPU, 9.0 Redis cmds per emit" */
-const unitCost = (c: Cost | undefined, main: string, unit: string) => {
+/** "450 µs daemon + 60 µs redis CPU, 9.0 Redis cmds per emit" (every measured process but the bench's) */
+const unitCost = (c: Cost | undefined, unit: string) => {
   if (!c) return "";
-  const cpu = [main, "redis"]
+  const keys = Object.keys(c.usPerUnit).filter((k) => k !== "bench" && k !== "redis");
+  const cpu = [...keys, "redis"]
     .filter((k) => c.usPerUnit[k] !== undefined)
     .map((k) => `${fmt(c.usPerUnit[k] as number)} µs ${k}`)
     .join(" + ");
   const cmds = Number.isNaN(c.redisPerUnit) || c.redisPerUnit === 0 ? "" : `, ${fmt(c.redisPerUnit, 1)} Redis cmds`;
   return ` · **${cpu} CPU${cmds} per ${unit}**`;
 };
-const drained = (d: DrainResult | undefined, main: string) =>
+const drained = (d: DrainResult | undefined) =>
   d
-    ? `${fmt(d.perSec)} deliveries/s (${fmt(d.delivered)}/${fmt(d.expected)} in ${fmt(d.spanMs / 1000, 1)} s${d.complete ? "" : ", DEADLINE HIT"}${d.duplicates ? `, ${d.duplicates} duplicates` : ""})${unitCost(d.cost, main, "delivery")}${d.detail ? `; ${d.detail}` : ""}`
+    ? `${fmt(d.perSec)} deliveries/s (${fmt(d.delivered)}/${fmt(d.expected)} in ${fmt(d.spanMs / 1000, 1)} s${d.complete ? "" : ", DEADLINE HIT"}${d.duplicates ? `, ${d.duplicates} duplicates` : ""})${unitCost(d.cost, "delivery")}${d.detail ? `; ${d.detail}` : ""}`
     : "not run";
 const top = (c: Cost | undefined) => (c ? c.redisTop.map(([cmd, n]) => `${cmd} ${fmt(n, 2)}`).join(", ") : "n/a");
 
@@ -66,14 +69,16 @@ const top = (c: Cost | undefined) => (c ? c.redisTop.map(([cmd, n]) => `${cmd} $
 export function printReport(r: Results, meta: { title: string; totalS: number }): void {
   const S = r.settings;
   const ingestRatio = ratio(r.single?.reqPerSec, r.koa?.reqPerSec);
-  const ingestCpuRatio = ratio(r.koa?.cost.usPerUnit.koa, r.single?.cost.usPerUnit.daemon);
+  const daemonUs = (c: Cost | undefined) =>
+    c ? (c.usPerUnit.daemon ?? 0) + (c.usPerUnit.api ?? 0) + (c.usPerUnit.worker ?? 0) : undefined;
+  const ingestCpuRatio = ratio(r.koa?.cost.usPerUnit.koa, daemonUs(r.single?.cost));
   const drainRatio = ratio(r.drain?.perSec, r.bull?.perSec);
-  const drainCpuRatio = ratio(r.bull?.cost?.usPerUnit.worker, r.drain?.cost?.usPerUnit.daemon);
+  const drainCpuRatio = ratio(r.bull?.cost?.usPerUnit.worker, daemonUs(r.drain?.cost));
   const rows: string[][] = [];
   rows.push([
     "1. Emit ingest, single event",
-    `${closed(r.single)}${unitCost(r.single?.cost, "daemon", "emit")}`,
-    `bare Koa: ${closed(r.koa)}${unitCost(r.koa?.cost, "koa", "request")}`,
+    `${closed(r.single)}${unitCost(r.single?.cost, "emit")}`,
+    `bare Koa: ${closed(r.koa)}${unitCost(r.koa?.cost, "request")}`,
     `**${fmt(ingestRatio, 2)}×** (CPU/req: ${fmt(ingestCpuRatio, 2)}×)`,
     "≥ 0.6× bare Koa",
     verdict(Number.isNaN(ingestRatio) ? undefined : ingestRatio >= 0.6),
@@ -81,9 +86,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
   ]);
   rows.push([
     `2. Emit ingest, batch of ${S.batchSize}`,
-    r.batch
-      ? `${closed(r.batch)} = **${fmt(r.batch.reqPerSec * S.batchSize)} events/s**${unitCost(r.batch.cost, "daemon", "event")}`
-      : "not run",
+    r.batch ? `${closed(r.batch)} = **${fmt(r.batch.reqPerSec * S.batchSize)} events/s**${unitCost(r.batch.cost, "event")}` : "not run",
     "—",
     `${fmt(ratio(r.batch ? r.batch.reqPerSec * S.batchSize : undefined, r.single?.reqPerSec), 1)}× single (events/s)`,
     "—",
@@ -92,8 +95,8 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
   ]);
   rows.push([
     `3. Draining a ${fmt(S.backlog)}-event backlog`,
-    drained(r.drain, "daemon"),
-    `plain BullMQ: ${drained(r.bull, "worker")}`,
+    drained(r.drain),
+    `plain BullMQ: ${drained(r.bull)}`,
     `**${fmt(drainRatio, 2)}×** (CPU/delivery: ${fmt(drainCpuRatio, 2)}×)`,
     "≥ 0.8× plain BullMQ",
     verdict(Number.isNaN(drainRatio) ? undefined : drainRatio >= 0.8 && r.drain?.complete === true),
@@ -104,7 +107,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     rows.push([
       `4. Emit→delivered at ${fmt(l.rate)} events/s, ${l.batch === 1 ? "single emits" : `${l.batch} events per request`}`,
       `p50 ${fmt(l.e2e.p50, 1)} ms · p99 ${fmt(l.e2e.p99, 1)} ms · max ${fmt(l.e2e.max, 1)} ms (${fmt(l.delivered)}/${fmt(l.sent)} delivered${l.failures ? `, ${l.failures} emit failures` : ""})`,
-      `emit→202: p50 ${fmt(l.ack.p50, 1)} ms · p99 ${fmt(l.ack.p99, 1)} ms${unitCost(l.cost, "daemon", "event, emit + delivery")}`,
+      `emit→202: p50 ${fmt(l.ack.p50, 1)} ms · p99 ${fmt(l.ack.p99, 1)} ms${unitCost(l.cost, "event, emit + delivery")}`,
       "—",
       l.rate === 1000 && l.batch === 1 ? "p99 < 50 ms" : "(info)",
       l.rate === 1000 && l.batch === 1
@@ -115,7 +118,10 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
       pct(l.cost.pct),
     ]);
   }
-  rows.push(["Daemon peak RSS (VmHWM)", r.peakRssKb === undefined ? "n/a" : `${fmt(r.peakRssKb / 1024)} MiB`, "—", "—", "—", "—", "—"]);
+  const rss = Object.entries(r.peakRssKb ?? {})
+    .map(([n, kb]) => `${n} ${kb === undefined ? "n/a" : `${fmt(kb / 1024)} MiB`}`)
+    .join(" · ");
+  rows.push(["Daemon peak RSS (VmHWM)", rss || "n/a", "—", "—", "—", "—", "—"]);
 
   const header = [
     "Measurement",
@@ -136,7 +142,8 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     "",
     `Settings: closed-loop ingest with autocannon, ${S.connections} connections, ${S.durationS} s (after a ${S.warmupS} s warm-up for single and Koa); ` +
       "ingest CPU and Redis costs include the fan-out of the ingested events (no subscribers). " +
-      `Backlog of ${fmt(S.backlog)} events pre-loaded through an API-only daemon, then drained by a full daemon (DELIVERY_CONCURRENCY ${S.deliveryConcurrency}); ` +
+      `Tributary ran as ${r.split ? "two processes (ROLES=api and ROLES=worker,scheduler)" : "one daemon process with every role"}. ` +
+      `Backlog of ${fmt(S.backlog)} events pre-loaded through an API-only daemon, then drained by the daemon (DELIVERY_CONCURRENCY ${S.deliveryConcurrency}); ` +
       `the BullMQ baseline adds the same number of jobs, then starts a Worker (concurrency ${S.deliveryConcurrency}); rate = deliveries between the first and last arrival. ` +
       `Latency phases: open loop (requests sent on a 1 ms timer schedule whatever the answers), ${S.durationS} s each, latency = arrival at the receiver − send time of the request carrying the event; ` +
       `pacer max lag ${r.latency.map((l) => `${fmt(l.maxLagMs, 1)} ms`).join(" / ") || "n/a"}; the target is judged on single emits at 1,000/s. ` +

@@ -8,7 +8,8 @@
  * BENCH_PHASES (comma list of koa,bullmq,drain,single,batch,latency; default all),
  * BENCH_CPU_PROF (directory for V8 CPU profiles of the daemon), BENCH_TRACE=1 (drain progress),
  * BENCH_DAEMON_ROOT (run the daemon from another checkout), BENCH_DAEMON_ENV ("K=V,K2=V2" extra
- * daemon settings, e.g. ROLES=api or DELIVERY_CONCURRENCY=128).
+ * daemon settings, e.g. ROLES=api or DELIVERY_CONCURRENCY=128), BENCH_SPLIT=1 (an api process
+ * plus a worker+scheduler process instead of one daemon).
  */
 import { randomBytes } from "node:crypto";
 import { availableParallelism } from "node:os";
@@ -16,10 +17,11 @@ import { performance } from "node:perf_hooks";
 import { Queue } from "bullmq";
 import { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
+import { FANOUT_GROUP } from "../src/events/fanout.js";
 import { createKeys } from "../src/store/keys.js";
 import { bullmqBaseline, drainResult, koaBaseline } from "./baselines.js";
 import { cpuMsOf } from "./cpu.js";
-import { apiData, type DaemonProcess, startDaemonProcess } from "./daemon-process.js";
+import { apiData, type DaemonProcess, type Deployment, startDaemonProcess, startDeployment } from "./daemon-process.js";
 import { type ClosedLoopResult, hammer, openLoop, smallEvent } from "./load.js";
 import { type Cost, startMeter } from "./meter.js";
 import { startReceiver } from "./receiver.js";
@@ -50,6 +52,8 @@ const SETTINGS = {
   ],
 };
 const KEY_PREFIX = "trib"; // the daemon's default REDIS_KEY_PREFIX
+/** BENCH_SPLIT=1: run the daemon as two processes (ROLES=api and ROLES=worker,scheduler). */
+const SPLIT = process.env.BENCH_SPLIT === "1";
 
 const t0 = performance.now();
 const log = (msg: string) => process.stderr.write(`[bench +${((performance.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
@@ -85,35 +89,48 @@ function trace(redis: Redis, keys: ReturnType<typeof createKeys>, receiver: { co
   };
 }
 
-function ensureAlive(d: DaemonProcess): void {
-  const gone = d.child.exited();
-  if (gone) throw new Error(`daemon crashed (${JSON.stringify(gone)}):\n${d.child.tail()}`);
-}
-
 async function main(): Promise<Results> {
   const S = SETTINGS;
-  const results: Results = { settings: S, latency: [] };
+  const results: Results = { settings: S, split: SPLIT, latency: [] };
   const redisServer = await startEmbeddedRedis();
   cleanups.push(() => redisServer.close());
   const redis = new Redis(redisServer.url, { maxRetriesPerRequest: null });
   cleanups.push(async () => redis.disconnect());
   const receiver = await startReceiver();
   cleanups.push(() => receiver.close());
-  log(`redis ${redisServer.url}, receiver ${receiver.url}, phases ${[...PHASES].join(",")}`);
+  log(`redis ${redisServer.url}, receiver ${receiver.url}, phases ${[...PHASES].join(",")}${SPLIT ? ", split api/worker processes" : ""}`);
 
   const tributary = want("drain") || want("single") || want("batch") || want("latency");
   const adminToken = `bench-admin-${randomBytes(8).toString("hex")}`;
   const keys = createKeys(KEY_PREFIX);
-  let daemon: DaemonProcess | undefined;
+  /** A worker-only process is ready once its fan-out consumer (named `<pid>-...`) reads the outbox. */
+  const workerReady = async (pid: number) => {
+    const consumers = (await redis.xinfo("CONSUMERS", keys.outbox(), FANOUT_GROUP)) as string[][];
+    return consumers.some((c) => String(c[1]).startsWith(`${pid}-`));
+  };
+  const deploy = async (): Promise<Deployment> => {
+    const d = await startDeployment({ redisUrl: redisServer.url, adminToken, split: SPLIT, workerReady });
+    cleanups.push(() => d.stop());
+    return d;
+  };
+  let dep: Deployment | undefined;
   let key = "";
 
   // ---- Tributary set-up. With the drain phase, an API-only daemon (no workers) takes the backlog first. ----
   if (tributary) {
-    const d = await startDaemonProcess({ redisUrl: redisServer.url, adminToken, ...(want("drain") ? { roles: "api" } : {}) }, "daemon");
-    daemon = d;
-    cleanups.push(() => d.stop());
+    let setupUrl: string;
+    let apiOnly: DaemonProcess | undefined;
+    if (want("drain")) {
+      apiOnly = await startDaemonProcess({ redisUrl: redisServer.url, adminToken, roles: "api" }, "daemon(api, pre-load)");
+      const a = apiOnly;
+      cleanups.push(() => a.stop());
+      setupUrl = a.url;
+    } else {
+      dep = await deploy();
+      setupUrl = dep.url;
+    }
     const user = await apiData<{ api_key: string }>(
-      d.url,
+      setupUrl,
       adminToken,
       "POST",
       "/admin/users",
@@ -121,11 +138,11 @@ async function main(): Promise<Results> {
       201,
     );
     key = user.api_key;
-    const hook = await apiData<{ id: string }>(d.url, key, "POST", "/v1/webhooks", { url: receiver.url, name: "bench" }, 200);
+    const hook = await apiData<{ id: string }>(setupUrl, key, "POST", "/v1/webhooks", { url: receiver.url, name: "bench" }, 200);
     for (const emitter of ["p_bench_drain", "p_bench_lat"]) {
-      await apiData(d.url, key, "POST", "/v1/subscriptions", { emitter_id: emitter, listener_id: hook.id }, 200);
+      await apiData(setupUrl, key, "POST", "/v1/subscriptions", { emitter_id: emitter, listener_id: hook.id }, 200);
     }
-    if (want("drain")) {
+    if (apiOnly) {
       log(`pre-loading ${S.backlog} events into p_bench_drain (API-only daemon)`);
       const preloadStart = performance.now();
       const chunk = 500;
@@ -137,19 +154,18 @@ async function main(): Promise<Results> {
             if (from >= to) return;
             const events = [];
             for (let s = from; s < to; s++) events.push({ event: smallEvent(s) });
-            await apiData(d.url, key, "POST", "/v1/workflows/p_bench_drain/events", { events }, 202);
+            await apiData(setupUrl, key, "POST", "/v1/workflows/p_bench_drain/events", { events }, 202);
           }),
         );
       }
       const outboxLen = await redis.xlen(keys.outbox());
       log(`  pre-loaded in ${fmt(performance.now() - preloadStart)} ms; outbox holds ${outboxLen}`);
       if (outboxLen !== S.backlog) throw new Error(`outbox holds ${outboxLen} entries, expected ${S.backlog}: did the key layout change?`);
-      await d.stop();
-      daemon = undefined;
+      await apiOnly.stop();
     }
   }
 
-  // ---- 5b. Plain BullMQ, next to the drain it is compared with (the daemon is stopped meanwhile) ----
+  // ---- 5b. Plain BullMQ, next to the drain it is compared with (no Tributary worker runs meanwhile) ----
   if (want("bullmq")) {
     log(`plain BullMQ baseline: ${S.backlog} jobs, concurrency ${S.deliveryConcurrency}`);
     results.bull = await bullmqBaseline({
@@ -164,47 +180,47 @@ async function main(): Promise<Results> {
     log(`  ${fmt(results.bull.perSec)} deliveries/s (${results.bull.delivered}/${results.bull.expected})`);
   }
 
-  // ---- 3. Draining: a full daemon starts on the backlog ----
+  // ---- 3. Draining: the daemon starts on the backlog ----
   if (want("drain")) {
     receiver.reset();
-    log("starting the full daemon (api,worker,scheduler) on the backlog");
-    const d = await startDaemonProcess({ redisUrl: redisServer.url, adminToken }, "daemon");
-    daemon = d;
-    cleanups.push(() => d.stop());
-    const meter = await startMeter({ daemon: d.child.pid, redis: redisServer.pid, bench: process.pid }, redis);
+    log(`starting ${SPLIT ? "an api and a worker process" : "the full daemon (api,worker,scheduler)"} on the backlog`);
+    const d = await deploy();
+    dep = d;
+    const workerPid = d.workerPid as number;
+    const meter = await startMeter({ ...d.pids, redis: redisServer.pid, bench: process.pid }, redis);
     const deliveredBeforeMeter = receiver.count();
     const outboxAtMeter = await redis.xlen(keys.outbox());
-    const cpuAtMeter = cpuMsOf(d.child.pid) ?? 0;
+    const cpuAtMeter = cpuMsOf(workerPid) ?? 0;
     // Where the backlog sits over time: when the outbox empties, fan-out is done and only delivery remains.
     let fanoutDone: { at: number; delivered: number; cpuMs: number } | undefined;
     const watch = setInterval(() => {
       void redis
         .xlen(keys.outbox())
         .then((n) => {
-          if (n === 0 && !fanoutDone) fanoutDone = { at: performance.now(), delivered: receiver.count(), cpuMs: cpuMsOf(d.child.pid) ?? 0 };
+          if (n === 0 && !fanoutDone) fanoutDone = { at: performance.now(), delivered: receiver.count(), cpuMs: cpuMsOf(workerPid) ?? 0 };
         })
         .catch(() => {});
     }, 100);
     const stopTrace = TRACE ? trace(redis, keys, receiver) : () => {};
     const complete = await receiver.waitFor(S.backlog, 120_000);
-    const cpuAtEnd = cpuMsOf(d.child.pid) ?? 0;
+    const cpuAtEnd = cpuMsOf(workerPid) ?? 0;
     clearInterval(watch);
     stopTrace();
-    ensureAlive(d);
+    d.ensureAlive();
     const base = drainResult(receiver, S.backlog, complete, await meter(receiver.count() - deliveredBeforeMeter));
     const w = receiver.window();
     let detail = "";
     const tail = fanoutDone ? S.backlog - fanoutDone.delivered : 0;
     if (fanoutDone && w && tail > 500 && outboxAtMeter > 0) {
-      // Split the daemon's CPU: after the outbox emptied it only delivers, which prices a delivery;
-      // the rest of the CPU before that moment is the fan-out's.
+      // Split the worker process's CPU: after the outbox emptied it only delivers, which prices a
+      // delivery; the rest of its CPU before that moment is the fan-out's.
       const tailMs = w.last - fanoutDone.at;
       const usPerDelivery = ((cpuAtEnd - fanoutDone.cpuMs) * 1000) / tail;
       const fanoutUs =
         ((fanoutDone.cpuMs - cpuAtMeter) * 1000 - usPerDelivery * (fanoutDone.delivered - deliveredBeforeMeter)) / outboxAtMeter;
       detail =
         `fan-out finished ${fmt((fanoutDone.at - w.first) / 1000, 1)} s in, with ${fmt(fanoutDone.delivered)} delivered; ` +
-        `delivery alone afterwards ${fmt((tail * 1000) / tailMs)}/s. Daemon CPU split: ≈${fmt(fanoutUs)} µs fan-out per event + ≈${fmt(usPerDelivery)} µs per delivery`;
+        `delivery alone afterwards ${fmt((tail * 1000) / tailMs)}/s. Worker CPU split: ≈${fmt(fanoutUs)} µs fan-out per event + ≈${fmt(usPerDelivery)} µs per delivery`;
     } else if (fanoutDone && w) {
       detail = `fan-out finished ${fmt((fanoutDone.at - w.first) / 1000, 1)} s in, with ${fmt(fanoutDone.delivered)} delivered`;
     }
@@ -220,24 +236,20 @@ async function main(): Promise<Results> {
   }
 
   if (!(want("single") || want("batch") || want("latency"))) {
-    if (daemon) results.peakRssKb = daemon.child.peakRssKb();
+    if (dep) results.peakRssKb = dep.peakRssKb();
     return results;
   }
-  if (!daemon) {
-    const d = await startDaemonProcess({ redisUrl: redisServer.url, adminToken }, "daemon");
-    daemon = d;
-    cleanups.push(() => d.stop());
-  }
-  const dm: DaemonProcess = daemon;
+  dep ??= await deploy();
+  const dm: Deployment = dep;
 
   const deliveryQueue = new Queue("delivery", { connection: redis, prefix: keys.bullPrefix });
   cleanups.push(() => deliveryQueue.close());
   /** Waits until the outbox is empty and no delivery is waiting or running. */
   const quiesce = async (label: string) => {
-    if (!dm.roles.includes("worker")) return; // nothing drains the outbox (BENCH_DAEMON_ENV=ROLES=api)
+    if (!dm.hasWorker) return; // nothing drains the outbox (BENCH_DAEMON_ENV=ROLES=api)
     const start = performance.now();
     for (;;) {
-      ensureAlive(dm);
+      dm.ensureAlive();
       const outbox = await redis.xlen(keys.outbox());
       const c = await deliveryQueue.getJobCounts("wait", "active", "delayed", "prioritized");
       const busy = (c.wait ?? 0) + (c.active ?? 0) + (c.delayed ?? 0) + (c.prioritized ?? 0);
@@ -253,12 +265,12 @@ async function main(): Promise<Results> {
   const auth = { authorization: `Bearer ${key}` };
   const closedLoop = async (body: string, warmupS: number, eventsPerRequest: number): Promise<ClosedLoopResult & { cost: Cost }> => {
     if (warmupS > 0) await hammer({ url: ingestUrl, body, headers: auth, durationS: warmupS, connections: S.connections });
-    const meter = await startMeter({ daemon: dm.child.pid, redis: redisServer.pid, bench: process.pid }, redis);
+    const meter = await startMeter({ ...dm.pids, redis: redisServer.pid, bench: process.pid }, redis);
     const r = await hammer({ url: ingestUrl, body, headers: auth, durationS: S.durationS, connections: S.connections });
     // Fan-out of what was just ingested is part of the price of an emit: wait for it before reading the meter.
     await quiesce("fan-out of the ingested events");
     const cost = await meter(r.ok * eventsPerRequest);
-    ensureAlive(dm);
+    dm.ensureAlive();
     return { ...r, cost };
   };
 
@@ -266,25 +278,20 @@ async function main(): Promise<Results> {
     log(`single-emit ingest: ${S.durationS}s, ${S.connections} connections`);
     results.single = await closedLoop(JSON.stringify({ event: smallEvent(1) }), S.warmupS, 1);
     log(`  ${fmt(results.single.reqPerSec)} req/s`);
-    await quiesce("after single ingest");
   }
 
   if (want("batch")) {
     log(`batch ingest (${S.batchSize} events/request): ${S.durationS}s, ${S.connections} connections`);
-    results.batch = await closedLoop(
-      JSON.stringify({ events: Array.from({ length: S.batchSize }, (_, i) => ({ event: smallEvent(i) })) }),
-      0,
-      S.batchSize,
-    );
+    const body = JSON.stringify({ events: Array.from({ length: S.batchSize }, (_, i) => ({ event: smallEvent(i) })) });
+    results.batch = await closedLoop(body, 0, S.batchSize);
     log(`  ${fmt(results.batch.reqPerSec)} req/s`);
-    await quiesce("after batch ingest");
   }
 
   if (want("latency")) {
     for (const [index, { rate, batch }] of S.latency.entries()) {
       log(`emit-to-delivered at ${rate} events/s for ${S.durationS}s (${batch} event(s)/request)`);
       receiver.reset();
-      const meter = await startMeter({ daemon: dm.child.pid, redis: redisServer.pid, bench: process.pid }, redis);
+      const meter = await startMeter({ ...dm.pids, redis: redisServer.pid, bench: process.pid }, redis);
       const r = await openLoop({
         origin: dm.url,
         path: "/v1/workflows/p_bench_lat/events",
@@ -297,7 +304,7 @@ async function main(): Promise<Results> {
       const expected = r.sentAt.size - r.failures * batch;
       await receiver.waitFor(expected, 60_000);
       const cost = await meter(receiver.count());
-      ensureAlive(dm);
+      dm.ensureAlive();
       const e2e: number[] = [];
       for (const [seq, sent] of r.sentAt) {
         const at = receiver.arrivals.get(seq);
@@ -320,10 +327,8 @@ async function main(): Promise<Results> {
     }
   }
 
-  results.peakRssKb = dm.child.peakRssKb();
+  results.peakRssKb = dm.peakRssKb();
   await dm.stop();
-  const gone = dm.child.exited();
-  if (gone && gone.code !== 0) log(`note: daemon exited with ${JSON.stringify(gone)} on SIGTERM:\n${dm.child.tail()}`);
   return results;
 }
 

@@ -33,6 +33,16 @@ export interface DeliveryRecord {
   replays: number;
 }
 
+/**
+ * Attempt-log order: by event id (ms * 1000 + sequence), so the deliveries of one batch, recorded
+ * in the same millisecond, still list newest first. Stays an exact integer (< 2^53).
+ */
+export function eventScore(eventId: string, fallbackMs: number): number {
+  const [ms, seq] = eventId.split("-").map(Number);
+  if (!Number.isFinite(ms) || !Number.isFinite(seq)) return fallbackMs * 1000;
+  return (ms as number) * 1000 + Math.min(seq as number, 999);
+}
+
 /** The API shape of one delivery (SPEC §6). */
 export function deliveryView(d: DeliveryRecord) {
   return {
@@ -76,7 +86,7 @@ export class AttemptLog {
         replays: 0,
       };
       pipe.set(this.keys.delivery(r.user_id, r.id), JSON.stringify(full), "NX");
-      pipe.zadd(this.keys.deliveries(r.user_id, r.listener_id), "NX", nowMs, r.id);
+      pipe.zadd(this.keys.deliveries(r.user_id, r.listener_id), "NX", eventScore(r.event_id, nowMs), r.id);
     }
     await pipe.exec();
     await this.trim(records);

@@ -483,10 +483,9 @@ describe("webhook deliveries", () => {
     expect((await u.api.get(`/v1/webhooks/${w.id}/deliveries`, { query: { limit: 0 } })).status).toBe(400);
   });
 
-  // Known bug (reported): AttemptLog.createPending scores every record of one fan-out batch with
-  // the same millisecond, so a batch's deliveries list in delivery-id (hash) order. Ten events
-  // make an accidental pass a 1-in-3.6-million event. Drop `.fails` once the order is fixed.
-  it.fails("lists the deliveries of one batch newest first too", async () => {
+  // One fan-out batch records its deliveries in the same millisecond; the log orders them by event
+  // id. Ten events make an accidental pass a 1-in-3.6-million event.
+  it("lists the deliveries of one batch newest first too", async () => {
     const u = await h.td.createUser();
     const path = hookPath("paged-batch");
     const w = await createWebhook(u.api, rx.url(path));
