@@ -1,4 +1,4 @@
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomFillSync, randomUUID } from "node:crypto";
 import type { Server } from "node:http";
 import { Queue, type ConnectionOptions } from "bullmq";
 import { Redis } from "ioredis";
@@ -11,6 +11,7 @@ import { AttemptLog } from "./delivery/attempt-log.js";
 import { createSender } from "./delivery/sender.js";
 import { DeliveryWorker } from "./delivery/worker.js";
 import { maxAttempts } from "./domain/retry-policy.js";
+import { pooledRandomBytes } from "./domain/random-pool.js";
 import { slugify } from "./domain/slug.js";
 import { FanoutWorker } from "./events/fanout.js";
 import { Ingest } from "./events/ingest.js";
@@ -65,7 +66,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const roles = new Set(config.roles);
   // Request-path connections fail fast while Redis is down (the API answers 503 instead of
   // hanging); blocking readers and BullMQ workers retry forever, as BullMQ requires.
-  const failFast = { maxRetriesPerRequest: 2, enableReadyCheck: true } as const;
+  const failFast = { maxRetriesPerRequest: 2, enableReadyCheck: true, enableAutoPipelining: true } as const;
   const patient = { maxRetriesPerRequest: null, enableReadyCheck: true } as const;
   const redis = new Redis(opts.redisUrl, failFast);
   redis.on("error", (err) => logger.warn({ err: err.message }, "redis connection error"));
@@ -75,7 +76,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const connection: ConnectionOptions = new Redis(opts.redisUrl, patient);
   for (const c of [queueConnection, blocking, schedulerBlocking, connection as Redis]) c.on("error", () => {});
   const keys = createKeys(config.keyPrefix);
-  const ctx: StoreContext = { redis, keys, now: Date.now, randomBytes: (n) => randomBytes(n) };
+  const ctx: StoreContext = { redis, keys, now: Date.now, randomBytes: pooledRandomBytes((buf) => randomFillSync(buf)) };
   const registry = new Registry();
   const metrics = createMetrics(registry);
   const agent = createGuardedAgent({ allowPrivate: config.allowPrivateDestinations });

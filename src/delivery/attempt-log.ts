@@ -61,6 +61,9 @@ export function deliveryView(d: DeliveryRecord) {
  * The attempt log of webhook deliveries: one record per delivery, indexed newest first per
  * webhook and trimmed to the configured size. Workflow deliveries are logged under the workflow id.
  */
+/** Oldest records examined per trim. */
+const TRIM_SCAN = 200;
+
 export class AttemptLog {
   constructor(
     private readonly redis: Redis,
@@ -92,7 +95,12 @@ export class AttemptLog {
     await this.trim(records);
   }
 
-  /** Keeps the newest `limit` deliveries per listener; older records go. */
+  /**
+   * Keeps about the newest `limit` deliveries per listener. Only finished (delivered or failed)
+   * records go: a pending one is still needed by its job (dedupe check, attempts, replay), so a
+   * backlog larger than the limit lets the log grow until it drains. At most TRIM_SCAN of the
+   * oldest are looked at per call, which bounds the cost while a backlog is pending.
+   */
   private async trim(records: readonly { user_id: string; listener_id: string }[]): Promise<void> {
     const seen = new Set<string>();
     for (const r of records) {
@@ -101,9 +109,15 @@ export class AttemptLog {
       seen.add(key);
       const excess = (await this.redis.zcard(key)) - this.limit;
       if (excess <= 0) continue;
-      const old = await this.redis.zrange(key, 0, excess - 1);
-      const tx = this.redis.multi().zremrangebyrank(key, 0, excess - 1);
-      for (const id of old) tx.del(this.keys.delivery(r.user_id, id));
+      const oldest = await this.redis.zrange(key, 0, Math.min(excess, TRIM_SCAN) - 1);
+      const stored = await loadJson<DeliveryRecord>(
+        this.redis,
+        oldest.map((id) => this.keys.delivery(r.user_id, id)),
+      );
+      const doomed = oldest.filter((_, i) => stored[i]?.status !== "pending");
+      if (doomed.length === 0) continue;
+      const tx = this.redis.multi().zrem(key, ...doomed);
+      for (const id of doomed) tx.del(this.keys.delivery(r.user_id, id));
       await tx.exec();
     }
   }
@@ -112,9 +126,17 @@ export class AttemptLog {
     return parseStored<DeliveryRecord>(await this.redis.get(this.keys.delivery(userId, id)));
   }
 
-  /** Read-modify-write of one record; a delivery is worked by one job at a time, so no lost update. */
-  async update(userId: string, id: string, change: (d: DeliveryRecord) => DeliveryRecord): Promise<DeliveryRecord | undefined> {
-    const current = await this.get(userId, id);
+  /**
+   * Read-modify-write of one record; a delivery is worked by one job at a time, so no lost update.
+   * `known` is the record the caller already read in this attempt (saves a round trip).
+   */
+  async update(
+    userId: string,
+    id: string,
+    change: (d: DeliveryRecord) => DeliveryRecord,
+    known?: DeliveryRecord,
+  ): Promise<DeliveryRecord | undefined> {
+    const current = known ?? (await this.get(userId, id));
     if (!current) return undefined;
     const next = { ...change(current), updated_at: epochSeconds(this.now()) };
     await this.redis.set(this.keys.delivery(userId, id), JSON.stringify(next), "XX");

@@ -6,7 +6,7 @@ import type { Metrics } from "../observability/metrics.js";
 import { deliveryJob, type DeliveryJob, QUEUES } from "../queue/catalog.js";
 import type { WebhookStore } from "../store/webhooks.js";
 import type { WorkflowStore } from "../store/workflows.js";
-import type { AttemptLog, AttemptRecord } from "./attempt-log.js";
+import type { AttemptLog, AttemptRecord, DeliveryRecord } from "./attempt-log.js";
 import type { Sender, SendResult } from "./sender.js";
 
 /** Thrown to ask BullMQ for another attempt after `delayMs` (read by the backoff strategy). */
@@ -84,10 +84,10 @@ export class DeliveryWorker {
   async process(job: Job): Promise<void> {
     const data = deliveryJob.parse(job.data);
     const kind = data.listenerKind;
-    const record = await this.d.attemptLog.get(data.userId, data.deliveryId);
+    // Both reads in one go (the request connection pipelines them).
+    const [record, target] = await Promise.all([this.d.attemptLog.get(data.userId, data.deliveryId), this.target(data)]);
     // A redone fan-out or a duplicate job finds the delivery already done: nothing to send.
     if (record?.status === "delivered") return;
-    const target = await this.target(data);
     if ("skip" in target) {
       this.d.metrics.deliveries.inc({
         listener_kind: kind,
@@ -130,22 +130,33 @@ export class DeliveryWorker {
       nowMs,
       random: this.random,
     });
-    await this.log(data, nowMs, result, outcome);
+    await this.log(data, nowMs, result, outcome, record);
     await this.act(data, outcome);
   }
 
-  private async log(data: DeliveryJob, startedMs: number, result: SendResult, outcome: Outcome): Promise<void> {
+  private async log(
+    data: DeliveryJob,
+    startedMs: number,
+    result: SendResult,
+    outcome: Outcome,
+    known: DeliveryRecord | undefined,
+  ): Promise<void> {
     const status = outcome.kind === "delivered" ? "delivered" : outcome.kind === "retry" ? "pending" : "failed";
-    await this.d.attemptLog.update(data.userId, data.deliveryId, (d) => {
-      const entry: AttemptRecord = {
-        attempt: d.attempts.length + 1,
-        at: new Date(startedMs).toISOString(),
-        status_code: "statusCode" in result ? result.statusCode : null,
-        duration_ms: Math.round(result.durationMs),
-        error: "error" in result ? result.error : outcome.kind === "delivered" ? null : outcome.reason,
-      };
-      return { ...d, status, attempts: [...d.attempts, entry] };
-    });
+    await this.d.attemptLog.update(
+      data.userId,
+      data.deliveryId,
+      (d) => {
+        const entry: AttemptRecord = {
+          attempt: d.attempts.length + 1,
+          at: new Date(startedMs).toISOString(),
+          status_code: "statusCode" in result ? result.statusCode : null,
+          duration_ms: Math.round(result.durationMs),
+          error: "error" in result ? result.error : outcome.kind === "delivered" ? null : outcome.reason,
+        };
+        return { ...d, status, attempts: [...d.attempts, entry] };
+      },
+      known,
+    );
   }
 
   private async act(data: DeliveryJob, outcome: Outcome): Promise<void> {

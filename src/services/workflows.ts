@@ -20,10 +20,8 @@ export class WorkflowService {
   ) {}
 
   /** Registers a workflow on first sight and applies auto-subscriptions before it emits anything. */
-  async ensure(userId: string, id: string): Promise<WorkflowRecord> {
-    const { workflow, created } = await this.store.ensure(userId, id);
-    if (created) await this.subscriptions.applyAuto(userId, id);
-    return workflow;
+  async ensure(userId: string, id: string): Promise<void> {
+    if (await this.store.register(userId, id)) await this.subscriptions.applyAuto(userId, id);
   }
 
   async upsert(userId: string, rawId: unknown, params: Record<string, unknown>): Promise<WorkflowRecord> {

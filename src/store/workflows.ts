@@ -18,6 +18,19 @@ export class WorkflowStore {
     return parseStored<WorkflowRecord>(await this.ctx.redis.get(this.ctx.keys.workflow(userId, id)));
   }
 
+  /** Registers the workflow if it is new (one SET NX); true when this call registered it. */
+  async register(userId: string, id: string): Promise<boolean> {
+    const now = this.ctx.now();
+    const record: WorkflowRecord = { id, name: null, trigger_url: null, created_at: epochSeconds(now), updated_at: epochSeconds(now) };
+    // One atomic round trip; ZADD NX keeps the first-seen time of a known workflow.
+    const res = await this.ctx.redis
+      .multi()
+      .set(this.ctx.keys.workflow(userId, id), JSON.stringify(record), "NX")
+      .zadd(this.ctx.keys.workflows(userId), "NX", now, id)
+      .exec();
+    return res?.[0]?.[1] === "OK";
+  }
+
   /** Registers the workflow if it is new; `created` tells whether this call registered it. */
   async ensure(userId: string, id: string): Promise<{ workflow: WorkflowRecord; created: boolean }> {
     const { redis, keys } = this.ctx;

@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { decodeCursor, encodeCursor } from "../../src/domain/cursors.js";
 import { hasIdShape, isEventId, isWorkflowId, newId, randomBase62 } from "../../src/domain/ids.js";
+import { pooledRandomBytes } from "../../src/domain/random-pool.js";
 import { slugify, uniqueSlug } from "../../src/domain/slug.js";
 import { randomBytes } from "node:crypto";
 
@@ -60,5 +61,23 @@ describe("slugs", () => {
   });
   it("always produces [a-z0-9-] without leading or trailing dashes", () => {
     fc.assert(fc.property(fc.string(), (s) => /^[a-z0-9]+(-[a-z0-9]+)*$/.test(slugify(s))));
+  });
+});
+
+describe("pooled random bytes", () => {
+  it("hands out consecutive slices of one filled block, then refills", () => {
+    let fills = 0;
+    const take = pooledRandomBytes((buf) => {
+      fills++;
+      buf.fill(fills);
+    }, 8);
+    expect([...take(3)]).toEqual([1, 1, 1]);
+    expect([...take(5)]).toEqual([1, 1, 1, 1, 1]);
+    expect([...take(2)]).toEqual([2, 2]);
+    expect(fills).toBe(2);
+  });
+  it("fills requests larger than a block directly", () => {
+    const take = pooledRandomBytes((buf) => buf.fill(7), 4);
+    expect(take(10)).toHaveLength(10);
   });
 });

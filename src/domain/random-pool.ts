@@ -1,0 +1,24 @@
+/**
+ * Serves random bytes from a pooled buffer refilled in large blocks: ids are made on every request,
+ * and one `randomBytes(4096)` costs far less than hundreds of small calls. `fill` is injected
+ * (crypto.randomFillSync in production), so this module stays free of I/O.
+ */
+export function pooledRandomBytes(fill: (buf: Uint8Array) => void, blockSize = 4096): (n: number) => Uint8Array {
+  let pool = new Uint8Array(0);
+  let offset = 0;
+  return (n: number) => {
+    if (n > blockSize) {
+      const out = new Uint8Array(n);
+      fill(out);
+      return out;
+    }
+    if (offset + n > pool.length) {
+      pool = new Uint8Array(blockSize);
+      fill(pool);
+      offset = 0;
+    }
+    const out = pool.slice(offset, offset + n);
+    offset += n;
+    return out;
+  };
+}
