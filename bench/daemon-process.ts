@@ -158,10 +158,11 @@ export async function startDeployment(opts: {
     },
     peakRssKb: () => Object.fromEntries(named.map(([n, d]) => [n, d.child.peakRssKb()])),
     async stop() {
+      const deadBefore = new Set(named.filter(([, d]) => d.child.exited()).map(([n]) => n));
       await Promise.all(named.map(([, d]) => d.stop()));
       for (const [n, d] of named) {
         const gone = d.child.exited();
-        if (gone && gone.code !== 0)
+        if (gone && gone.code !== 0 && !deadBefore.has(n))
           process.stderr.write(`note: ${n} exited with ${JSON.stringify(gone)} on SIGTERM:\n${d.child.tail()}\n`);
       }
     },

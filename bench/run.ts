@@ -35,6 +35,12 @@ const envInt = (k: string, d: number) => {
 const ALL_PHASES = ["koa", "bullmq", "drain", "single", "batch", "latency"] as const;
 const PHASES = new Set((process.env.BENCH_PHASES ?? ALL_PHASES.join(",")).split(",").map((p) => p.trim()));
 const want = (p: (typeof ALL_PHASES)[number]) => PHASES.has(p);
+for (const p of PHASES) {
+  if (!(ALL_PHASES as readonly string[]).includes(p)) {
+    process.stderr.write(`bench: unknown phase "${p}" in BENCH_PHASES (known: ${ALL_PHASES.join(",")})\n`);
+    process.exit(2);
+  }
+}
 
 const SETTINGS = {
   durationS: envInt("BENCH_DURATION_S", 10),

@@ -29,5 +29,11 @@ export async function replayDelivery(
     payload: record.payload,
     acceptedAtMs: record.accepted_at_ms,
   };
-  await queue.add(record.listener_kind, data, { jobId: `${deliveryId}-r${updated?.replays ?? 1}`, ...deliveryJobOpts(attempts) });
+  try {
+    await queue.add(record.listener_kind, data, { jobId: `${deliveryId}-r${updated?.replays ?? 1}`, ...deliveryJobOpts(attempts) });
+  } catch (err) {
+    // Not queued: put the record back so a later retry is possible.
+    await log.update(userId, deliveryId, (d) => ({ ...d, status: "failed" })).catch(() => {});
+    throw err;
+  }
 }

@@ -4,6 +4,7 @@ import { webhookSignatureHeaders } from "../domain/signing.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import { deliveryJob, type DeliveryJob, QUEUES } from "../queue/catalog.js";
+import { WORKER_RECOVERY } from "../queue/worker-options.js";
 import type { WebhookStore } from "../store/webhooks.js";
 import type { WorkflowStore } from "../store/workflows.js";
 import type { AttemptLog, AttemptRecord, DeliveryRecord } from "./attempt-log.js";
@@ -60,8 +61,19 @@ export class DeliveryWorker {
       concurrency: d.concurrency,
       settings: { backoffStrategy: backoffFromError },
       autorun: false,
+      ...WORKER_RECOVERY,
     });
     this.worker.on("error", (err) => d.logger.error({ err }, "delivery worker error"));
+    // When BullMQ gives a job up (unexpected error on the last attempt), the attempt log must say
+    // so, or the delivery would sit "pending" forever and could not be replayed.
+    this.worker.on("failed", (job, err) => {
+      if (!job || err instanceof RetryLater || job.attemptsMade < (job.opts.attempts ?? 1)) return;
+      const parsed = deliveryJob.safeParse(job.data);
+      if (!parsed.success) return;
+      void this.d.attemptLog
+        .update(parsed.data.userId, parsed.data.deliveryId, (rec) => (rec.status === "delivered" ? rec : { ...rec, status: "failed" }))
+        .catch((e) => d.logger.warn({ err: e }, "could not mark a given-up delivery failed"));
+    });
   }
 
   start(): void {
@@ -104,7 +116,10 @@ export class DeliveryWorker {
       }));
       return;
     }
+    // The retry budget is per job (a replay starts a fresh one); the header is numbered like the
+    // attempt log, so it matches the log across stalls and replays.
     const attempt = job.attemptsMade + 1;
+    const logged = record ? record.attempts.length + 1 : attempt;
     const nowMs = this.now();
     const headers: Record<string, string> = {
       "content-type": "application/json",
@@ -112,7 +127,7 @@ export class DeliveryWorker {
       "x-tributary-emitter-id": data.emitterId,
       "x-tributary-event-id": data.eventId,
       "x-tributary-event-name": data.channel === "" ? "default" : data.channel,
-      "x-tributary-attempt": String(attempt),
+      "x-tributary-attempt": String(logged),
       "x-tributary-delivery-id": data.deliveryId,
     };
     const timestamp = Math.floor(nowMs / 1000);

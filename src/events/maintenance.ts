@@ -1,6 +1,7 @@
 import { type ConnectionOptions, type Job, Worker } from "bullmq";
 import type { Logger } from "../observability/logger.js";
 import { maintenanceJob, QUEUES } from "../queue/catalog.js";
+import { WORKER_RECOVERY } from "../queue/worker-options.js";
 import type { EventStore } from "./store.js";
 
 /** Works asynchronous chores: event deletion for DELETE /sources/{id}/events (answers 202 first). */
@@ -15,7 +16,7 @@ export class MaintenanceWorker {
         const removed = await d.events.deleteRange(data.userId, data.emitterId, data.channel, data.startId, data.endId);
         d.logger.debug({ emitterId: data.emitterId, removed }, "events deleted");
       },
-      { connection: d.connection, prefix: d.prefix, concurrency: 4, autorun: false },
+      { connection: d.connection, prefix: d.prefix, concurrency: 4, autorun: false, ...WORKER_RECOVERY },
     );
     this.worker.on("error", (err) => d.logger.error({ err }, "maintenance worker error"));
   }

@@ -70,7 +70,7 @@ export async function startEmbeddedRedis(opts: EmbeddedRedisOptions = {}): Promi
   if (opts.dir) {
     const dir = path.resolve(opts.dir);
     mkdirSync(dir, { recursive: true });
-    args.push("--dir", dir, "--appendonly", "yes", "--appendfsync", "everysec");
+    args.push("--dir", dir, "--appendonly", "yes", "--appendfsync", "always");
   } else {
     args.push("--appendonly", "no");
   }

@@ -2,6 +2,7 @@ import { type ConnectionOptions, type Job, Worker } from "bullmq";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import { QUEUES, sourceRunJob, timerJob } from "../queue/catalog.js";
+import { WORKER_RECOVERY } from "../queue/worker-options.js";
 import { parseBody } from "./http-request.js";
 import type { SourceRunner } from "./runner.js";
 
@@ -56,7 +57,7 @@ export class RuntimeWorkers {
           });
         }
       },
-      { connection: d.connection, prefix: d.prefix, concurrency: d.concurrency, autorun: false },
+      { connection: d.connection, prefix: d.prefix, concurrency: d.concurrency, autorun: false, ...WORKER_RECOVERY },
     );
     this.ticks = new Worker(
       QUEUES.timers,
@@ -71,7 +72,7 @@ export class RuntimeWorkers {
           event: { timestamp: Math.floor(d.now() / 1000), interval_seconds: data.intervalSeconds ?? null },
         });
       },
-      { connection: d.connection, prefix: d.prefix, concurrency: d.concurrency, autorun: false },
+      { connection: d.connection, prefix: d.prefix, concurrency: d.concurrency, autorun: false, ...WORKER_RECOVERY },
     );
     for (const w of [this.runs, this.ticks]) w.on("error", (err) => d.logger.error({ err }, "runtime worker error"));
   }
