@@ -1,14 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Client, client, type Reply, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
+import { type Client, client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
 import { waitFor } from "../../helpers/receiver.js";
+import { type Json, expectStatus, createSource, events } from "./support.js";
 
 /**
  * Dedupe strategies and plan quotas through real source runs (SPEC §5 "$emit", "Quotas"). The
  * daemon allows free users 3 runs a day; the dedupe tests use paid users, who have no such limit.
  */
-
-// biome-ignore lint/suspicious/noExplicitAny: API objects are read as arbitrary JSON in tests.
-type Json = any;
 
 const QUOTA = 3;
 
@@ -48,23 +46,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await td?.close();
 });
-
-function expectStatus(res: Reply, status: number): void {
-  expect(res.status, `${res.status}: ${res.text.slice(0, 500)}`).toBe(status);
-}
-
-async function createSource(api: Client, code: string): Promise<Json> {
-  const res = await api.post("/v1/sources", { json: { component_code: code } });
-  expectStatus(res, 200);
-  return res.body.data;
-}
-
-/** Events of a channel, oldest first, with full payloads. */
-async function events(api: Client, sourceId: string, eventName?: string): Promise<Json[]> {
-  const res = await api.get(`/v1/sources/${sourceId}/event_summaries`, { query: { limit: 100, expand: "event", event_name: eventName } });
-  expectStatus(res, 200);
-  return [...res.body.data].reverse();
-}
 
 async function me(api: Client): Promise<Json> {
   const res = await api.get("/v1/users/me");

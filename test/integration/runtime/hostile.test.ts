@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Client, client, type Reply, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
+import { type Client, client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
 import { type Receiver, startReceiver, waitFor } from "../../helpers/receiver.js";
+import { type Json, expectStatus, createSource, eventsNewestFirst as events } from "./support.js";
 
 /**
  * Hostile component code through the whole daemon (SPEC §5 "Sandbox"): runaway loops, memory
@@ -8,9 +9,6 @@ import { type Receiver, startReceiver, waitFor } from "../../helpers/receiver.js
  * users keep being served. The sandbox's own behaviour is covered in sandbox-hostile.test.ts;
  * this file checks what the daemon makes of it.
  */
-
-// biome-ignore lint/suspicious/noExplicitAny: API objects are read as arbitrary JSON in tests.
-type Json = any;
 
 const TIMEOUT_MS = 500;
 
@@ -48,22 +46,6 @@ afterAll(async () => {
   await rx?.close();
   await td?.close();
 });
-
-function expectStatus(res: Reply, status: number): void {
-  expect(res.status, `${res.status}: ${res.text.slice(0, 500)}`).toBe(status);
-}
-
-async function createSource(api: Client, code: string): Promise<Json> {
-  const res = await api.post("/v1/sources", { json: { component_code: code } });
-  expectStatus(res, 200);
-  return res.body.data;
-}
-
-async function events(api: Client, sourceId: string, eventName?: string): Promise<Json[]> {
-  const res = await api.get(`/v1/sources/${sourceId}/event_summaries`, { query: { limit: 100, expand: "event", event_name: eventName } });
-  expectStatus(res, 200);
-  return res.body.data;
-}
 
 async function firstError(api: Client, sourceId: string): Promise<Json> {
   const [e] = await waitFor(

@@ -1,16 +1,14 @@
 import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Client, client, type Reply, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
+import { type Client, client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
 import { waitFor } from "../../helpers/receiver.js";
+import { type Json, expectStatus, createSource } from "./support.js";
 
 /**
  * HTTP source endpoints through the whole daemon (SPEC §5 "HTTP", "$logs and $errors"): real
  * HTTP to `/e/<token>`, real queues and workers, real isolates. Components are written the way
  * Pipedream's own sources are.
  */
-
-// biome-ignore lint/suspicious/noExplicitAny: API objects are read as arbitrary JSON in tests.
-type Json = any;
 
 const BODY_LIMIT = 4096;
 const SANDBOX_TIMEOUT_MS = 1000;
@@ -103,16 +101,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await td?.close();
 });
-
-function expectStatus(res: Reply, status: number): void {
-  expect(res.status, `${res.status}: ${res.text.slice(0, 500)}`).toBe(status);
-}
-
-async function createSource(api: Client, code: string): Promise<Json> {
-  const res = await api.post("/v1/sources", { json: { component_code: code } });
-  expectStatus(res, 200);
-  return res.body.data;
-}
 
 const endpointOf = (s: Json): string => String(s.configured_props.http.endpoint_url);
 

@@ -1,18 +1,16 @@
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createKeys } from "../../../src/store/keys.js";
-import { type Client, client, type Reply, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
+import { type Client, client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
 import { type Receiver, startReceiver, waitFor } from "../../helpers/receiver.js";
 import { connectRedis } from "../../helpers/redis.js";
+import { type Json, expectStatus, events } from "./support.js";
 
 /**
  * Source lifecycle hooks and source listeners through the whole daemon (SPEC §5 "Hooks",
  * "Listeners"). Hooks report themselves to a loopback receiver with `fetch` (test daemons allow
  * private destinations), which also shows the hooks a deleted source ran.
  */
-
-// biome-ignore lint/suspicious/noExplicitAny: API objects are read as arbitrary JSON in tests.
-type Json = any;
 
 /**
  * Every hook emits, counts itself in db and calls `hookUrl`; run() emits the db it sees. This is
@@ -98,17 +96,6 @@ afterAll(async () => {
   redis?.disconnect();
   await td?.close();
 });
-
-function expectStatus(res: Reply, status: number): void {
-  expect(res.status, `${res.status}: ${res.text.slice(0, 500)}`).toBe(status);
-}
-
-/** Default-channel events, oldest first, with full payloads. */
-async function events(api: Client, sourceId: string, eventName?: string): Promise<Json[]> {
-  const res = await api.get(`/v1/sources/${sourceId}/event_summaries`, { query: { limit: 100, expand: "event", event_name: eventName } });
-  expectStatus(res, 200);
-  return [...res.body.data].reverse();
-}
 
 async function atLeast(api: Client, sourceId: string, n: number, eventName?: string): Promise<Json[]> {
   return waitFor(

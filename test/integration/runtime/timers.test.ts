@@ -4,18 +4,16 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QUEUES } from "../../../src/queue/catalog.js";
 import { schedulerId } from "../../../src/runtime/timers.js";
 import { createKeys } from "../../../src/store/keys.js";
-import { type Client, client, type Reply, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
+import { type Client, client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
 import { waitFor } from "../../helpers/receiver.js";
 import { connectRedis } from "../../helpers/redis.js";
+import { type Json, expectStatus } from "./support.js";
 
 /**
  * Timer sources through the whole daemon (SPEC §5 "Timers"): the scheduler role turns a source's
  * timer into a BullMQ job scheduler, the worker role runs each tick. TIMER_MIN_INTERVAL_SECONDS
  * is 1 in test daemons, so a timer can tick every second.
  */
-
-// biome-ignore lint/suspicious/noExplicitAny: API objects are read as arbitrary JSON in tests.
-type Json = any;
 
 /** Counts its runs in db and emits what each tick received. */
 const TICKER = `module.exports = {
@@ -53,10 +51,6 @@ afterAll(async () => {
 /** The daemon's timers queue, read through BullMQ's own API. */
 function timersQueue(prefix: string): Queue {
   return new Queue(QUEUES.timers, { connection: redis, prefix: createKeys(prefix).bullPrefix });
-}
-
-function expectStatus(res: Reply, status: number): void {
-  expect(res.status, `${res.status}: ${res.text.slice(0, 500)}`).toBe(status);
 }
 
 async function createTicker(api: Client, timer: Record<string, unknown> = { intervalSeconds: 1 }): Promise<Json> {
