@@ -64,13 +64,43 @@ export function deliveryView(d: DeliveryRecord) {
 /** Oldest records examined per trim. */
 const TRIM_SCAN = 200;
 
+/**
+ * Keeps about the newest `limit` deliveries per listener. Only finished (delivered or failed)
+ * records go: a pending one is still needed by its job (dedupe check, attempts, replay), so a
+ * backlog larger than the limit lets the log grow until it drains. At most TRIM_SCAN of the
+ * oldest are looked at per call, which bounds the cost while a backlog is pending. Runs inside
+ * Redis so the records (payload included) never travel to the worker just to read their status.
+ *
+ * KEYS[1] the listener's index zset; ARGV[1] limit, ARGV[2] scan size, ARGV[3] the record key
+ * prefix (same hash tag as KEYS[1]). A record is pending when its JSON holds `"status":"pending"`
+ * with bare quotes: string values escape every quote, so only the top-level key can match.
+ */
+const TRIM_LUA = `
+local excess = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[1])
+if excess <= 0 then return 0 end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, math.min(excess, tonumber(ARGV[2])) - 1)
+local removed = 0
+for _, id in ipairs(oldest) do
+  local k = ARGV[3] .. id
+  local raw = redis.call('GET', k)
+  if not raw or not string.find(raw, '"status":"pending"', 1, true) then
+    redis.call('ZREM', KEYS[1], id)
+    if raw then redis.call('DEL', k) end
+    removed = removed + 1
+  end
+end
+return removed
+`;
+
 export class AttemptLog {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
     private readonly limit: number,
     private readonly now: () => number,
-  ) {}
+  ) {
+    if (!("tribTrimAttemptLog" in redis)) redis.defineCommand("tribTrimAttemptLog", { numberOfKeys: 1, lua: TRIM_LUA });
+  }
 
   /** Creates pending records; existing ones (a redone fan-out) are left untouched. */
   async createPending(
@@ -91,35 +121,18 @@ export class AttemptLog {
       pipe.set(this.keys.delivery(r.user_id, r.id), JSON.stringify(full), "NX");
       pipe.zadd(this.keys.deliveries(r.user_id, r.listener_id), "NX", eventScore(r.event_id, nowMs), r.id);
     }
-    await pipe.exec();
-    await this.trim(records);
-  }
-
-  /**
-   * Keeps about the newest `limit` deliveries per listener. Only finished (delivered or failed)
-   * records go: a pending one is still needed by its job (dedupe check, attempts, replay), so a
-   * backlog larger than the limit lets the log grow until it drains. At most TRIM_SCAN of the
-   * oldest are looked at per call, which bounds the cost while a backlog is pending.
-   */
-  private async trim(records: readonly { user_id: string; listener_id: string }[]): Promise<void> {
+    // The trim rides in the same pipeline: one round trip for the whole batch.
     const seen = new Set<string>();
     for (const r of records) {
       const key = this.keys.deliveries(r.user_id, r.listener_id);
       if (seen.has(key)) continue;
       seen.add(key);
-      const excess = (await this.redis.zcard(key)) - this.limit;
-      if (excess <= 0) continue;
-      const oldest = await this.redis.zrange(key, 0, Math.min(excess, TRIM_SCAN) - 1);
-      const stored = await loadJson<DeliveryRecord>(
-        this.redis,
-        oldest.map((id) => this.keys.delivery(r.user_id, id)),
-      );
-      const doomed = oldest.filter((_, i) => stored[i]?.status !== "pending");
-      if (doomed.length === 0) continue;
-      const tx = this.redis.multi().zrem(key, ...doomed);
-      for (const id of doomed) tx.del(this.keys.delivery(r.user_id, id));
-      await tx.exec();
+      // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
+      (pipe as any).tribTrimAttemptLog(key, this.limit, TRIM_SCAN, this.keys.delivery(r.user_id, ""));
     }
+    const res = await pipe.exec();
+    const failed = res?.find(([err]) => err);
+    if (failed) throw failed[0];
   }
 
   async get(userId: string, id: string): Promise<DeliveryRecord | undefined> {

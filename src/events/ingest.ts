@@ -73,7 +73,14 @@ export class Ingest {
     private readonly randomBytes: RandomBytes,
   ) {}
 
-  async recordFor(userId: string, emitterId: string, kind: EmitterKind, emits: readonly EmitInput[], hops = 0): Promise<string[]> {
+  async recordFor(
+    userId: string,
+    emitterId: string,
+    kind: EmitterKind,
+    emits: readonly EmitInput[],
+    hops = 0,
+    guard?: { key: string; ensure: () => Promise<void> },
+  ): Promise<string[]> {
     const acceptedAtMs = this.now();
     const ids: string[] = [];
     let i = 0;
@@ -85,16 +92,29 @@ export class Ingest {
         run.push({ payload: e.event, meta: e.meta, emitId: newId("emit_", this.randomBytes) });
         i++;
       }
-      ids.push(...(await this.events.record({ userId, emitterId, emitterKind: kind, channel, events: run, hops, acceptedAtMs })));
+      const input = { userId, emitterId, emitterKind: kind, channel, events: run, hops, acceptedAtMs };
+      let recorded = guard ? await this.events.recordGuarded(input, guard.key) : await this.events.record(input);
+      if (recorded === null) {
+        // The guard key (the workflow record) is missing: register first, then record.
+        await guard?.ensure();
+        recorded = await this.events.record(input);
+      }
+      ids.push(...recorded);
       this.metrics.eventsIngested.inc({ emitter_kind: kind, channel: channelLabel(channel) }, run.length);
     }
     return ids;
   }
 
-  /** A workflow's $send.emit(): registers the workflow first (auto-subscriptions before fan-out). */
+  /**
+   * A workflow's $send.emit(): registers the workflow first (auto-subscriptions before fan-out).
+   * The record script itself checks that the workflow record exists, so a known workflow costs no
+   * extra round trip; an unknown (or deleted) one is registered and the events recorded after.
+   */
   async workflowEmit(userId: string, workflowId: string, emits: readonly EmitInput[]): Promise<string[]> {
-    await this.workflows.ensure(userId, workflowId);
-    return this.recordFor(userId, workflowId, "workflow", emits);
+    return this.recordFor(userId, workflowId, "workflow", emits, 0, {
+      key: this.workflows.recordKey(userId, workflowId),
+      ensure: () => this.workflows.ensure(userId, workflowId),
+    });
   }
 
   /** A workflow error on $errors, with original_context filled in (SPEC §3). */

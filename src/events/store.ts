@@ -53,6 +53,16 @@ export interface OutboxEntry {
   payload: string;
 }
 
+export interface RecordInput {
+  userId: string;
+  emitterId: string;
+  emitterKind: EmitterKind;
+  channel: string;
+  events: readonly NewEvent[];
+  hops?: number;
+  acceptedAtMs: number;
+}
+
 const TRUNCATE_BYTES = 1024;
 
 /** Cuts a string to at most `max` UTF-8 bytes without splitting a character. */
@@ -70,40 +80,37 @@ export class EventStore {
     private readonly redis: Redis,
     private readonly keys: Keys,
   ) {
-    if (!("recordEvents" in redis)) {
-      redis.defineCommand("recordEvents", { numberOfKeys: 3, lua: RECORD_EVENTS_LUA });
-    }
+    // Defined without a fixed key count: the caller passes 3 keys, or 4 with the guard key.
+    if (!("tribRecordEvents" in redis)) redis.defineCommand("tribRecordEvents", { lua: RECORD_EVENTS_LUA });
   }
 
   /** Records events atomically (summary + outbox); returns their ids in order. */
-  async record(input: {
-    userId: string;
-    emitterId: string;
-    emitterKind: EmitterKind;
-    channel: string;
-    events: readonly NewEvent[];
-    hops?: number;
-    acceptedAtMs: number;
-  }): Promise<string[]> {
+  async record(input: RecordInput): Promise<string[]> {
+    return (await this.recordGuarded(input, undefined)) as string[];
+  }
+
+  /**
+   * Like `record`, but only when `guardKey` exists (checked in the same script); null (nothing
+   * written) when it does not.
+   */
+  async recordGuarded(input: RecordInput, guardKey: string | undefined): Promise<string[] | null> {
     const channel = normalizeChannel(input.channel);
     const args: string[] = [input.userId, input.emitterId, channel, String(input.acceptedAtMs), String(input.hops ?? 0), input.emitterKind];
+    const wrap = input.emitterKind === "workflow" && channel !== "$errors" ? ',"w":1' : "";
     for (const e of input.events) {
       const payload = JSON.stringify(e.payload ?? null);
-      const summary: StoredSummary = {
-        p: e.payload ?? null,
-        x: e.emitId,
-        m: e.meta,
-        ...(input.emitterKind === "workflow" && channel !== "$errors" ? { w: 1 as const } : {}),
-      };
-      args.push(JSON.stringify(summary), payload);
+      // The StoredSummary JSON, built around the payload text instead of stringifying it twice
+      // (same bytes as JSON.stringify({p, x, m, w?})).
+      args.push(`{"p":${payload},"x":${JSON.stringify(e.emitId)},"m":${JSON.stringify(e.meta)}${wrap}}`, payload);
     }
     const keys = [
       this.keys.events(input.userId, input.emitterId, channel),
       this.keys.outbox(),
       this.keys.eventChannels(input.userId, input.emitterId),
     ];
+    if (guardKey !== undefined) keys.push(guardKey);
     // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
-    return (await (this.redis as any).recordEvents(...keys, ...args)) as string[];
+    return (await (this.redis as any).tribRecordEvents(keys.length, ...keys, ...args)) as string[] | null;
   }
 
   /** Summaries newest first; `after`/`before` are event ids; events over 1 KB truncated unless expanded. */

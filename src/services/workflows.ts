@@ -24,6 +24,11 @@ export class WorkflowService {
     if (await this.store.register(userId, id)) await this.subscriptions.applyAuto(userId, id);
   }
 
+  /** The Redis key of the workflow record (its existence means "registered"). */
+  recordKey(userId: string, id: string): string {
+    return this.store.key(userId, id);
+  }
+
   async upsert(userId: string, rawId: unknown, params: Record<string, unknown>): Promise<WorkflowRecord> {
     const id = parseWorkflowId(rawId);
     const patch: { name?: string | null; trigger_url?: string | null } = {};

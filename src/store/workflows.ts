@@ -14,6 +14,10 @@ export interface WorkflowRecord {
 export class WorkflowStore {
   constructor(private readonly ctx: StoreContext) {}
 
+  key(userId: string, id: string): string {
+    return this.ctx.keys.workflow(userId, id);
+  }
+
   async get(userId: string, id: string): Promise<WorkflowRecord | undefined> {
     return parseStored<WorkflowRecord>(await this.ctx.redis.get(this.ctx.keys.workflow(userId, id)));
   }
