@@ -31,6 +31,10 @@ declare module "autocannon" {
     body?: string;
     timeout?: number;
   }
-  function autocannon(opts: Options): Promise<Result>;
+  /** The running instance: a promise of the result that also emits per-response events. */
+  export interface Instance extends Promise<Result> {
+    on(event: "response", listener: (client: unknown, statusCode: number, resBytes: number, responseTimeMs: number) => void): this;
+  }
+  function autocannon(opts: Options): Instance;
   export default autocannon;
 }

@@ -127,10 +127,12 @@ export async function startDeployment(opts: {
   redisUrl: string;
   adminToken: string;
   split: boolean;
+  /** Extra daemon settings for every process of the deployment. */
+  env?: Record<string, string>;
   /** True once a worker-only process with this pid is consuming (used only when split). */
   workerReady: (pid: number) => Promise<boolean>;
 }): Promise<Deployment> {
-  const base = { redisUrl: opts.redisUrl, adminToken: opts.adminToken };
+  const base = { redisUrl: opts.redisUrl, adminToken: opts.adminToken, ...(opts.env ? { env: opts.env } : {}) };
   const named: [string, DaemonProcess][] = [];
   try {
     if (opts.split) {

@@ -1,6 +1,7 @@
 import { performance } from "node:perf_hooks";
 import autocannon from "autocannon";
 import { Pool } from "undici";
+import { summarize } from "./stats.js";
 
 /** A small event as a workflow would emit it; `seq` lets the receiver match deliveries. */
 export const smallEvent = (seq: number) => ({ seq, kind: "bench", msg: "hello from the bench", n: 42, ok: true });
@@ -40,6 +41,47 @@ export async function hammer(opts: {
     bad: r.non2xx + r.errors + r.timeouts,
     durationS,
   };
+}
+
+export interface StatusLoopResult extends ClosedLoopResult {
+  /** Answers per HTTP status (0 = error or time-out). */
+  readonly statuses: Record<string, number>;
+}
+
+/**
+ * Like `hammer`, but only answers with status `expect` count as done work, and p50/p99 are theirs
+ * alone (autocannon's own histogram mixes every answer, e.g. fast 429s).
+ */
+export async function hammerStatus(opts: {
+  url: string;
+  body: string;
+  headers?: Record<string, string>;
+  durationS: number;
+  connections: number;
+  expect: number;
+}): Promise<StatusLoopResult> {
+  const ms: number[] = [];
+  const statuses: Record<string, number> = {};
+  const instance = autocannon({
+    url: opts.url,
+    method: "POST",
+    headers: { "content-type": "application/json", ...opts.headers },
+    body: opts.body,
+    connections: opts.connections,
+    duration: opts.durationS,
+    timeout: 10,
+  });
+  instance.on("response", (_client, status, _bytes, responseTimeMs) => {
+    statuses[status] = (statuses[status] ?? 0) + 1;
+    if (status === opts.expect) ms.push(responseTimeMs);
+  });
+  const r = await instance;
+  const failed = r.errors + r.timeouts;
+  if (failed > 0) statuses[0] = failed;
+  const durationS = r.duration > 0 ? r.duration : opts.durationS;
+  const s = summarize(ms);
+  const total = Object.values(statuses).reduce((a, b) => a + b, 0);
+  return { reqPerSec: ms.length / durationS, p50: s.p50, p99: s.p99, ok: ms.length, bad: total - ms.length, durationS, statuses };
 }
 
 export interface OpenLoopResult {

@@ -2,6 +2,7 @@ import type { DrainResult } from "./baselines.js";
 import type { CpuShares } from "./cpu.js";
 import type { ClosedLoopResult } from "./load.js";
 import type { Cost } from "./meter.js";
+import type { HistogramDelta, InlineResult, SandboxResult, SourceHttpResult, TimerResult } from "./runtime.js";
 import { fmt, type Summary } from "./stats.js";
 
 export interface LatencyResult {
@@ -25,6 +26,14 @@ export interface Results {
     latency: readonly { rate: number; batch: number }[];
     batchSize: number;
     deliveryConcurrency: number;
+    runtime: {
+      durationS: number;
+      drainDeadlineS: number;
+      sandboxRuns: number;
+      sandboxWarmup: number;
+      timerS: number;
+      sourceRunConcurrency: number;
+    };
   };
   /** The daemon ran as an api process plus a worker process. */
   split: boolean;
@@ -35,6 +44,10 @@ export interface Results {
   batch?: ClosedLoopResult & { cost: Cost };
   latency: LatencyResult[];
   peakRssKb?: Record<string, number | undefined>;
+  timer?: TimerResult;
+  srcInline?: InlineResult & { cost: Cost };
+  srcHttp?: SourceHttpResult & { cost: Cost };
+  sandbox?: SandboxResult;
 }
 
 const verdict = (ok: boolean | undefined) => (ok === undefined ? "not run" : ok ? "✅ met" : "❌ missed");
@@ -72,6 +85,15 @@ const drained = (d: DrainResult | undefined) =>
   d
     ? `${fmt(d.perSec)} deliveries/s (${fmt(d.delivered)}/${fmt(d.expected)} in ${fmt(d.spanMs / 1000, 1)} s${d.complete ? "" : ", DEADLINE HIT"}${d.duplicates ? `, ${d.duplicates} duplicates` : ""})${unitCost(d.cost, "delivery")}${d.detail ? `; ${d.detail}` : ""}`
     : "not run";
+/** "p50 1.2 ms · p99 4.8 ms (n runs)" from a histogram given in seconds. */
+const hist = (h: HistogramDelta | undefined, unit: string) =>
+  h && h.count > 0
+    ? `p50 ${fmt(h.p50 * 1000, 1)} ms · p99 ${fmt(h.p99 * 1000, 1)} ms (${fmt(h.count)} ${unit}, bucket-interpolated)`
+    : "n/a";
+const statuses = (s: Record<string, number>) =>
+  Object.entries(s)
+    .map(([code, n]) => `${code === "0" ? "errors" : code} × ${fmt(n)}`)
+    .join(", ");
 const top = (c: Cost | undefined) => (c ? c.redisTop.map(([cmd, n]) => `${cmd} ${fmt(n, 2)}`).join(", ") : "n/a");
 
 /** Prints the one markdown table (and the settings and Redis-command details) to stdout. */
@@ -133,6 +155,63 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
       pct(l.cost.pct),
     ]);
   }
+  const R = S.runtime;
+  const sh = r.srcHttp;
+  rows.push([
+    "5. HTTP source, queued runs (trivial `$emit(e.body)` component)",
+    sh
+      ? `${closed(sh.load)} (200 {"success":true}) · workers completed **${fmt(sh.runsPerSec)} runs/s** (${fmt(sh.runs)} runs in ${fmt(sh.load.durationS + sh.drainS, 1)} s${sh.complete ? "" : `, DEADLINE HIT with runs still queued`}${sh.runErrors ? `, ${fmt(sh.runErrors)} not ok` : ""})${unitCost(sh.cost, "run, request + run")}`
+      : "not run",
+    sh
+      ? `${fmt(sh.runsPerSecUnderLoad)} runs/s during the load, ${fmt(sh.runsPerSecDraining)} runs/s draining the ${fmt(sh.backlogAtLoadEnd)} runs queued at its end (${fmt(sh.drainS, 1)} s); SOURCE_RUN_CONCURRENCY ${sh.concurrency}; runs counted by ${sh.countedBy === "metrics" ? 'tributary_source_runs_total{trigger="http",outcome="ok"}' : "queued jobs finished (split processes: no worker /metrics)"}; daemon sandbox time per run ${hist(sh.sandboxHist, "runs")}`
+      : "—",
+    sh ? `runs/req accepted: ${fmt(ratio(sh.runsPerSec, sh.load.reqPerSec), 2)}×` : "—",
+    "(info)",
+    sh ? (sh.complete ? "drained" : "backlog left at deadline") : "—",
+    pct(sh?.cost.pct),
+  ]);
+  const si = r.srcInline;
+  rows.push([
+    "5. HTTP source, custom response (inline run, `this.http.respond`)",
+    si
+      ? `${fmt(si.load.reqPerSec)} req/s · p50 ${fmt(si.load.p50, 1)} ms · p99 ${fmt(si.load.p99, 1)} ms (200 "ok" answers only)${unitCost(si.cost, "request")}`
+      : "not run",
+    si ? `${si.connections} connections (INLINE_RUNS_PER_SOURCE); all answers: ${statuses(si.load.statuses)}` : "—",
+    "—",
+    "(info)",
+    "—",
+    pct(si?.cost.pct),
+  ]);
+  const sb = r.sandbox;
+  rows.push([
+    "6. Sandbox run overhead (trivial component, sequential `Sandbox.run`)",
+    sb
+      ? `p50 ${fmt(sb.p50, 3)} ms · p99 ${fmt(sb.p99, 3)} ms · mean ${fmt(sb.mean, 3)} ms · max ${fmt(sb.max, 1)} ms per run${Object.entries(
+          sb.errors,
+        )
+          .map(([code, n]) => ` · **${fmt(n)} runs failed with ${code}** (first at run ${fmt(sb.firstError[code] ?? Number.NaN)})`)
+          .join("")}`
+      : "not run",
+    sb
+      ? `${fmt(sb.runs)} runs after ${fmt(sb.warmup)} warm-up, in-process timing (64 MB, 10 s limits) = ${fmt((sb.runs * 1000) / sb.wallMs)} runs/s on one thread, ${fmt(sb.cpuUsPerRun)} µs CPU per run; compare the daemon's own view in row 5`
+      : "—",
+    "—",
+    "(info)",
+    sb ? (Object.keys(sb.errors).length === 0 ? "every run ok" : "❌ runs failed") : "—",
+    "—",
+  ]);
+  const tm = r.timer;
+  rows.push([
+    `7. Timer lag (1 s interval, ${fmt(R.timerS)} s)`,
+    tm
+      ? `scheduled → component code running: p50 ${fmt(tm.toRun.p50, 1)} ms · p99 ${fmt(tm.toRun.p99, 1)} ms · max ${fmt(tm.toRun.max, 1)} ms (${tm.ticks}/${fmt(tm.expectedTicks)} ticks)`
+      : "not run",
+    tm ? `tributary_timer_lag_seconds (scheduled → worker picks the job): ${hist(tm.hist, "ticks")}` : "—",
+    "—",
+    "(info)",
+    tm ? (tm.ticks >= tm.expectedTicks ? "no tick missed" : `${fmt(tm.expectedTicks - tm.ticks)} tick(s) missing`) : "—",
+    "—",
+  ]);
   const rss = Object.entries(r.peakRssKb ?? {})
     .map(([n, kb]) => `${n} ${kb === undefined ? "n/a" : `${fmt(kb / 1024)} MiB`}`)
     .join(" · ");
@@ -164,6 +243,9 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
       `pacer max lag ${r.latency.map((l) => `${fmt(l.maxLagMs, 1)} ms`).join(" / ") || "n/a"}; the target is judged on single emits at 1,000/s. ` +
       "Daemon, baselines and redis-server run as separate processes; the load generator and the webhook receiver share the bench process (“bench” CPU). " +
       "“other” is CPU used by unrelated processes on the machine during the phase: when it is high the absolute figures are depressed, the per-unit CPU costs much less so. " +
+      `Source runtime: the daemon runs with SOURCE_HTTP_RATE_PER_SECOND=100000 (the schema's maximum, so the per-source rate limit does not bind) and TIMER_MIN_INTERVAL_SECONDS=1; ` +
+      `HTTP-source loads last ${R.durationS} s each (${S.connections} connections for queued runs, drain deadline ${R.drainDeadlineS} s; the inline one after a 1 s warm-up); ` +
+      "timer lag per tick = the component's Date.now() − the job scheduler's slot (next − k × 1 s); the sandbox row runs in a child process after the daemon stopped. " +
       `Total bench time ${fmt(meta.totalS)} s.`,
     "",
     "Redis commands per unit (top 8):",

@@ -5,7 +5,9 @@
  * Exit 0 when every phase ran (targets missed or not); 1 when something crashed.
  *
  * Knobs (environment): BENCH_DURATION_S (10), BENCH_BACKLOG (20000), BENCH_CONNECTIONS (8),
- * BENCH_PHASES (comma list of koa,bullmq,drain,single,batch,latency; default all),
+ * BENCH_PHASES (comma list of koa,bullmq,drain,single,batch,latency,timer,srcinline,srchttp,sandbox; default
+ * all), BENCH_SOURCE_DURATION_S (5: load per HTTP-source phase), BENCH_SANDBOX_RUNS (2000),
+ * BENCH_TIMER_S (10: how long the 1 s timer source ticks),
  * BENCH_CPU_PROF (directory for V8 CPU profiles of the daemon), BENCH_TRACE=1 (drain progress),
  * BENCH_DAEMON_ROOT (run the daemon from another checkout), BENCH_DAEMON_ENV ("K=V,K2=V2" extra
  * daemon settings, e.g. ROLES=api or DELIVERY_CONCURRENCY=128), BENCH_SPLIT=1 (an api process
@@ -26,13 +28,14 @@ import { type ClosedLoopResult, hammer, openLoop, smallEvent } from "./load.js";
 import { type Cost, startMeter } from "./meter.js";
 import { startReceiver } from "./receiver.js";
 import { type Results, printReport } from "./report.js";
+import { RUNTIME_DAEMON_ENV, type RuntimeContext, sandboxPhase, sourceHttpPhase, sourceInlinePhase, timerPhase } from "./runtime.js";
 import { fmt, sleep, summarize } from "./stats.js";
 
 const envInt = (k: string, d: number) => {
   const v = Number(process.env[k]);
   return Number.isInteger(v) && v > 0 ? v : d;
 };
-const ALL_PHASES = ["koa", "bullmq", "drain", "single", "batch", "latency"] as const;
+const ALL_PHASES = ["koa", "bullmq", "drain", "single", "batch", "latency", "timer", "srcinline", "srchttp", "sandbox"] as const;
 const PHASES = new Set((process.env.BENCH_PHASES ?? ALL_PHASES.join(",")).split(",").map((p) => p.trim()));
 const want = (p: (typeof ALL_PHASES)[number]) => PHASES.has(p);
 for (const p of PHASES) {
@@ -56,6 +59,17 @@ const SETTINGS = {
     { rate: 1000, batch: 10 },
     { rate: 2000, batch: 10 },
   ],
+  /** Source runtime phases (issue 4). */
+  runtime: {
+    /** Closed-loop load on each HTTP-source endpoint, s (plus a 1 s warm-up for the inline one). */
+    durationS: envInt("BENCH_SOURCE_DURATION_S", 5),
+    /** How long the queued HTTP-source backlog may take to drain after the load. */
+    drainDeadlineS: 40,
+    sandboxRuns: envInt("BENCH_SANDBOX_RUNS", 2000),
+    sandboxWarmup: 200,
+    timerS: envInt("BENCH_TIMER_S", 10),
+    sourceRunConcurrency: 4, // Tributary's SOURCE_RUN_CONCURRENCY default
+  },
 };
 const KEY_PREFIX = "trib"; // the daemon's default REDIS_KEY_PREFIX
 /** BENCH_SPLIT=1: run the daemon as two processes (ROLES=api and ROLES=worker,scheduler). */
@@ -106,7 +120,8 @@ async function main(): Promise<Results> {
   cleanups.push(() => receiver.close());
   log(`redis ${redisServer.url}, receiver ${receiver.url}, phases ${[...PHASES].join(",")}${SPLIT ? ", split api/worker processes" : ""}`);
 
-  const tributary = want("drain") || want("single") || want("batch") || want("latency");
+  const runtimePhases = want("timer") || want("srcinline") || want("srchttp");
+  const tributary = want("drain") || want("single") || want("batch") || want("latency") || runtimePhases;
   const adminToken = `bench-admin-${randomBytes(8).toString("hex")}`;
   const keys = createKeys(KEY_PREFIX);
   /** A worker-only process is ready once its fan-out consumer (named `<pid>-...`) reads the outbox. */
@@ -115,7 +130,7 @@ async function main(): Promise<Results> {
     return consumers.some((c) => String(c[1]).startsWith(`${pid}-`));
   };
   const deploy = async (): Promise<Deployment> => {
-    const d = await startDeployment({ redisUrl: redisServer.url, adminToken, split: SPLIT, workerReady });
+    const d = await startDeployment({ redisUrl: redisServer.url, adminToken, split: SPLIT, workerReady, env: RUNTIME_DAEMON_ENV });
     cleanups.push(() => d.stop());
     return d;
   };
@@ -241,8 +256,9 @@ async function main(): Promise<Results> {
     log(`  ${fmt(results.koa.reqPerSec)} req/s`);
   }
 
-  if (!(want("single") || want("batch") || want("latency"))) {
+  if (!(want("single") || want("batch") || want("latency") || runtimePhases)) {
     if (dep) results.peakRssKb = dep.peakRssKb();
+    await sandbox();
     return results;
   }
   dep ??= await deploy();
@@ -333,9 +349,67 @@ async function main(): Promise<Results> {
     }
   }
 
+  // ---- Source runtime (issue 4): timer lag first, on an otherwise idle daemon; then HTTP sources ----
+  if (runtimePhases) {
+    const R = S.runtime;
+    const ctx: RuntimeContext = {
+      url: dm.url,
+      key,
+      redis,
+      bullPrefix: keys.bullPrefix,
+      metricsSeeWorker: !SPLIT && dm.hasWorker,
+      connections: S.connections,
+      durationS: R.durationS,
+      warmupS: S.warmupS,
+      ensureAlive: () => dm.ensureAlive(),
+      log,
+    };
+    const pids = { ...dm.pids, redis: redisServer.pid, bench: process.pid };
+    if (want("timer") && dm.hasWorker) {
+      log(`timer source, 1 s interval, ticking for ${R.timerS} s`);
+      results.timer = await timerPhase(ctx, R.timerS);
+      const t = results.timer;
+      log(
+        `  ${t.ticks}/${t.expectedTicks} ticks; lag to run p50 ${fmt(t.toRun.p50, 1)} ms, p99 ${fmt(t.toRun.p99, 1)} ms, max ${fmt(t.toRun.max, 1)} ms; histogram p50 ${fmt((t.hist?.p50 ?? Number.NaN) * 1000, 1)} ms`,
+      );
+    }
+    if (want("srcinline")) {
+      log(`HTTP source with a custom response (inline runs): ${R.durationS}s`);
+      const meter = await startMeter(pids, redis);
+      const r = await sourceInlinePhase(ctx);
+      results.srcInline = { ...r, cost: await meter(r.load.ok) };
+      log(
+        `  ${fmt(r.load.reqPerSec)} req/s answered 200, p50 ${fmt(r.load.p50, 1)} ms, p99 ${fmt(r.load.p99, 1)} ms; statuses ${JSON.stringify(r.load.statuses)}`,
+      );
+    }
+    if (want("srchttp") && dm.hasWorker) {
+      log(`HTTP source, queued runs: ${R.durationS}s, ${S.connections} connections`);
+      const meter = await startMeter(pids, redis);
+      const r = await sourceHttpPhase(ctx, R.drainDeadlineS * 1000, R.sourceRunConcurrency);
+      results.srcHttp = { ...r, cost: await meter(r.runs) };
+      log(
+        `  ${fmt(r.load.reqPerSec)} req/s accepted; workers ${fmt(r.runsPerSec)} runs/s (${r.runs} runs, backlog ${r.backlogAtLoadEnd} at load end, ` +
+          `${r.complete ? "drained" : "NOT drained"} after ${fmt(r.drainS, 1)} s, ${r.runErrors} not ok)`,
+      );
+    }
+    await quiesce("after the source phases");
+  }
+
   results.peakRssKb = dm.peakRssKb();
   await dm.stop();
+  await sandbox();
   return results;
+
+  /** (Issue 4) Sandbox overhead, in a child process, once the daemon is gone and the machine quiet. */
+  async function sandbox(): Promise<void> {
+    if (!want("sandbox")) return;
+    log(
+      `sandbox run overhead: ${S.runtime.sandboxRuns} sequential runs of a trivial component (after ${S.runtime.sandboxWarmup} warm-up runs)`,
+    );
+    results.sandbox = await sandboxPhase(S.runtime.sandboxRuns, S.runtime.sandboxWarmup);
+    const x = results.sandbox;
+    log(`  p50 ${fmt(x.p50, 3)} ms, p99 ${fmt(x.p99, 3)} ms, mean ${fmt(x.mean, 3)} ms per run; failed runs ${JSON.stringify(x.errors)}`);
+  }
 }
 
 let exitCode = 0;

@@ -124,10 +124,13 @@ export class Sandbox {
       this.pool.kill(lease);
     }, timeoutMs);
     let healthy = false;
+    const refs: ivm.Reference[] = [];
     try {
       context = await lease.isolate.createContext();
       const dispatch = await this.pool.install(lease, context, metadataHostCallback(), remaining(deadline));
+      refs.push(dispatch);
       const factory = await this.pool.factory(lease, context, compiledCode, remaining(deadline));
+      refs.push(factory);
       const out = await dispatch.apply(undefined, ["load", factory.derefInto()], { result: { copy: true }, timeout: remaining(deadline) });
       healthy = true;
       return parseInspect(out);
@@ -139,6 +142,7 @@ export class Sandbox {
       return { ok: false, reason: `the code could not be evaluated: ${e.msg}` };
     } finally {
       clearTimeout(timer);
+      releaseAll(refs);
       void this.recycle(lease, context, healthy);
     }
   }
@@ -149,18 +153,28 @@ export class Sandbox {
   }
 
   private async execute(lease: Lease, bridge: HostBridge, req: RunRequest, deadline: number, onContext: (c: ivm.Context) => void) {
-    const context = await lease.isolate.createContext();
-    onContext(context);
-    const dispatch = await this.pool.install(lease, context, bridge.callback, remaining(deadline));
-    bridge.attach((id, ok, value) =>
-      dispatch.apply(undefined, ["settle", id, ok, value], { arguments: { copy: true }, timeout: remaining(deadline) }),
-    );
-    const factory = await this.pool.factory(lease, context, req.compiledCode, remaining(deadline));
-    const payload = new ivm.ExternalCopy({ method: req.method, sourceId: req.sourceId, props: req.props, event: req.event });
-    return dispatch.apply(undefined, ["run", factory.derefInto(), payload.copyInto({ release: true })], {
-      result: { promise: true, copy: true },
-      timeout: remaining(deadline),
-    }) as Promise<unknown>;
+    // References into the context keep it alive in the (reused) isolate until released: without
+    // this, every run leaves its context behind and the isolate runs out of memory after a few
+    // hundred runs.
+    const refs: ivm.Reference[] = [];
+    try {
+      const context = await lease.isolate.createContext();
+      onContext(context);
+      const dispatch = await this.pool.install(lease, context, bridge.callback, remaining(deadline));
+      refs.push(dispatch);
+      bridge.attach((id, ok, value) =>
+        dispatch.apply(undefined, ["settle", id, ok, value], { arguments: { copy: true }, timeout: remaining(deadline) }),
+      );
+      const factory = await this.pool.factory(lease, context, req.compiledCode, remaining(deadline));
+      refs.push(factory);
+      const payload = new ivm.ExternalCopy({ method: req.method, sourceId: req.sourceId, props: req.props, event: req.event });
+      return (await dispatch.apply(undefined, ["run", factory.derefInto(), payload.copyInto({ release: true })], {
+        result: { promise: true, copy: true },
+        timeout: remaining(deadline),
+      })) as unknown;
+    } finally {
+      releaseAll(refs);
+    }
   }
 
   /** Turns an isolated-vm failure into the run's error; the flags say who stopped the run. */
@@ -190,6 +204,16 @@ export class Sandbox {
       // The isolate is already gone.
     }
     this.pool.release(lease, ok);
+  }
+}
+
+function releaseAll(refs: readonly ivm.Reference[]): void {
+  for (const r of refs) {
+    try {
+      r.release();
+    } catch {
+      // Already released, or the isolate is gone.
+    }
   }
 }
 
