@@ -53,6 +53,11 @@ const decodeDollar: Middleware = async (ctx, next) => {
   await next();
 };
 
+/** `/v1…`, case-insensitively like the routers. */
+function isV1Path(path: string): boolean {
+  return path.length >= 3 && path.charCodeAt(0) === 47 && (path.charCodeAt(1) | 32) === 118 && path.charCodeAt(2) === 49;
+}
+
 /**
  * Builds the Koa application. Nothing listens here: `main.ts` calls `app.listen`, tests call
  * `app.callback()`.
@@ -77,16 +82,14 @@ export function createApp(deps: ApiDeps): Koa {
     ctx.type = deps.metrics.registry.contentType;
     ctx.body = await deps.metrics.registry.metrics();
   });
-  app.use(ops.routes());
-  app.use(allowedMethods(ops));
-
-  if (deps.endpoints) app.use(deps.endpoints);
+  const opsRoutes = ops.routes() as unknown as Middleware;
+  const opsAllowed = allowedMethods(ops) as unknown as Middleware;
 
   const admin = new Router({ prefix: "/admin" });
   admin.use(requireAdmin(deps.adminToken), jsonBody(deps.bodyLimitBytes));
   adminRoutes(admin, deps.users, deps.purgeUser);
-  app.use(admin.routes());
-  app.use(allowedMethods(admin));
+  const adminRoutesMw = admin.routes() as unknown as Middleware;
+  const adminAllowed = allowedMethods(admin) as unknown as Middleware;
 
   const v1 = new Router({ prefix: "/v1" });
   v1.use(requireUser(deps.users.store), jsonBody(deps.bodyLimitBytes));
@@ -97,7 +100,21 @@ export function createApp(deps: ApiDeps): Koa {
   userRoutes(v1, deps.users);
   workflowRoutes(v1, deps.workflows);
   for (const mod of deps.v1Modules ?? []) mod(v1);
-  app.use(v1.routes());
-  app.use(allowedMethods(v1));
+  const v1Routes = v1.routes() as unknown as Middleware;
+  const v1Allowed = allowedMethods(v1) as unknown as Middleware;
+
+  const endpoints = deps.endpoints;
+  // Dispatch by path prefix, so the hot /v1 path skips the ops, endpoint and admin middleware.
+  // Only paths starting with /v1 (routers match case-insensitively) can match the /v1 router, and
+  // none of those can match the others; every other path crosses the same chain as before.
+  app.use((ctx, next) => {
+    if (isV1Path(ctx.path)) return v1Routes(ctx, () => v1Allowed(ctx, next));
+    return opsRoutes(ctx, () =>
+      opsAllowed(ctx, async () => {
+        if (endpoints) await endpoints(ctx, () => adminRoutesMw(ctx, () => adminAllowed(ctx, next)));
+        else await adminRoutesMw(ctx, () => adminAllowed(ctx, next));
+      }),
+    );
+  });
   return app;
 }

@@ -5,7 +5,7 @@ import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import { deliveryJob, type DeliveryJob, QUEUES } from "../queue/catalog.js";
 import { WORKER_RECOVERY } from "../queue/worker-options.js";
-import type { WebhookStore } from "../store/webhooks.js";
+import type { WebhookRecord, WebhookStore } from "../store/webhooks.js";
 import type { WorkflowStore } from "../store/workflows.js";
 import type { AttemptLog, AttemptRecord, DeliveryRecord } from "./attempt-log.js";
 import type { Sender, SendResult } from "./sender.js";
@@ -80,13 +80,13 @@ export class DeliveryWorker {
     void this.worker.run();
   }
 
-  private async target(job: DeliveryJob): Promise<Target> {
-    if (job.listenerKind === "webhook") {
-      const w = await this.d.webhooks.get(job.userId, job.listenerId);
-      if (!w) return { skip: "webhook was deleted" };
-      if (!w.active) return { skip: "webhook is inactive" };
-      return { url: w.url, secret: w.signing_secret };
-    }
+  private webhookTarget(w: WebhookRecord | undefined): Target {
+    if (!w) return { skip: "webhook was deleted" };
+    if (!w.active) return { skip: "webhook is inactive" };
+    return { url: w.url, secret: w.signing_secret };
+  }
+
+  private async workflowTarget(job: DeliveryJob): Promise<Target> {
     const wf = await this.d.workflows.get(job.userId, job.listenerId);
     if (!wf) return { skip: "workflow was deleted" };
     if (!wf.trigger_url) return { skip: "undeliverable: the workflow has no trigger_url" };
@@ -96,8 +96,16 @@ export class DeliveryWorker {
   async process(job: Job): Promise<void> {
     const data = deliveryJob.parse(job.data);
     const kind = data.listenerKind;
-    // Both reads in one go (the request connection pipelines them).
-    const [record, target] = await Promise.all([this.d.attemptLog.get(data.userId, data.deliveryId), this.target(data)]);
+    // Both reads in one go: a single MGET for webhooks, pipelined GETs for workflows.
+    let record: DeliveryRecord | undefined;
+    let target: Target;
+    if (kind === "webhook") {
+      const [rec, webhook] = await this.d.attemptLog.getWithWebhook(data.userId, data.deliveryId, data.listenerId);
+      record = rec;
+      target = this.webhookTarget(webhook);
+    } else {
+      [record, target] = await Promise.all([this.d.attemptLog.get(data.userId, data.deliveryId), this.workflowTarget(data)]);
+    }
     // A redone fan-out or a duplicate job finds the delivery already done: nothing to send.
     if (record?.status === "delivered") return;
     if ("skip" in target) {

@@ -153,10 +153,13 @@ export class FanoutWorker {
   /** Fans a batch out; lookups are shared between entries of the same emitter and channel. */
   async process(raw: XEntries): Promise<void> {
     const { subscriptions, metrics } = this.d;
-    const lookups = new Map<string, Promise<SubscriptionRecord[]>>();
     const deliveries: DeliveryJob[] = [];
     const sourceRuns: { id: string; data: SourceRunJob }[] = [];
     const done: string[] = [];
+    // First pass: parse, and collect the distinct (user, emitter, channel) lookups of the batch.
+    const parsed: { e: OutboxEntry; lookup: number }[] = [];
+    const lookupIndex = new Map<string, number>();
+    const lookups: { userId: string; emitterId: string; channel: string }[] = [];
     for (const [entryId, fields] of raw) {
       done.push(entryId);
       const e = parseOutboxEntry(entryId, fields);
@@ -165,12 +168,17 @@ export class FanoutWorker {
         continue;
       }
       const key = `${e.userId}\n${e.emitterId}\n${e.channel}`;
-      let found = lookups.get(key);
-      if (!found) {
-        found = subscriptions.matching(e.userId, e.emitterId, e.channel);
-        lookups.set(key, found);
+      let idx = lookupIndex.get(key);
+      if (idx === undefined) {
+        idx = lookups.push({ userId: e.userId, emitterId: e.emitterId, channel: e.channel }) - 1;
+        lookupIndex.set(key, idx);
       }
-      for (const listenerId of uniqueListeners(await found)) {
+      parsed.push({ e, lookup: idx });
+    }
+    // One round trip for every lookup of the batch.
+    const found = (await subscriptions.matchingMany(lookups)).map((subs) => uniqueListeners(subs));
+    for (const { e, lookup } of parsed) {
+      for (const listenerId of found[lookup] ?? []) {
         const kind = listenerKindOf(listenerId);
         const deliveryId = deliveryIdFor(e, listenerId);
         if (kind === "webhook" || kind === "workflow") {

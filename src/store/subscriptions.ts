@@ -15,6 +15,20 @@ export interface AutoSubscriptionRecord {
   event_name: string;
 }
 
+/**
+ * KEYS[1] the user's subscription records hash, KEYS[2..] the index sets to union (same hash tag).
+ * Returns the records (nil for an id whose record is gone).
+ */
+const MATCH_LUA = `
+local ids = redis.call('SUNION', unpack(KEYS, 2))
+local out = {}
+for i = 1, #ids, 1000 do
+  local part = redis.call('HMGET', KEYS[1], unpack(ids, i, math.min(i + 999, #ids)))
+  for j = 1, #part do out[#out + 1] = part[j] end
+end
+return out
+`;
+
 /** The idempotency key of a subscription: "" and "default" are the same channel. */
 const tripleKey = (emitter: string, listener: string, eventName: string) => `${emitter}\n${listener}\n${normalizeChannel(eventName)}`;
 
@@ -101,17 +115,35 @@ export class SubscriptionStore {
 
   /**
    * The subscriptions matching an event: exact emitter and the emitter's glob, on the event's
-   * channel. One SUNION and one HMGET, however many subscriptions the user has.
+   * channel. One script call (SUNION + HMGET inside Redis), however many subscriptions the user has.
    */
   async matching(userId: string, emitterId: string, channel: string): Promise<SubscriptionRecord[]> {
+    return (await this.matchingMany([{ userId, emitterId, channel }]))[0] ?? [];
+  }
+
+  /**
+   * `matching` for many (user, emitter, channel) lookups at once: every lookup is one script call
+   * and all of them share one pipeline, so a fan-out batch pays a single round trip.
+   */
+  async matchingMany(lookups: readonly { userId: string; emitterId: string; channel: string }[]): Promise<SubscriptionRecord[][]> {
+    if (lookups.length === 0) return [];
     const { redis, keys } = this.ctx;
-    const glob = emitterId.startsWith("dc_") ? "dc_*" : emitterId.startsWith("p_") ? "p_*" : undefined;
-    const sets = [keys.subscriptionIndex(userId, emitterId, channel)];
-    if (glob) sets.push(keys.subscriptionIndex(userId, glob, channel));
-    const ids = await redis.sunion(...sets);
-    if (ids.length === 0) return [];
-    const raws = await redis.hmget(keys.subscriptions(userId), ...ids);
-    return raws.map((r) => parseStored<SubscriptionRecord>(r)).filter((s): s is SubscriptionRecord => s !== undefined);
+    if (!("tribMatchSubs" in redis)) redis.defineCommand("tribMatchSubs", { lua: MATCH_LUA });
+    const pipe = redis.pipeline();
+    for (const { userId, emitterId, channel } of lookups) {
+      const glob = emitterId.startsWith("dc_") ? "dc_*" : emitterId.startsWith("p_") ? "p_*" : undefined;
+      const args = [keys.subscriptionIndex(userId, emitterId, channel)];
+      if (glob) args.push(keys.subscriptionIndex(userId, glob, channel));
+      // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
+      (pipe as any).tribMatchSubs(args.length + 1, keys.subscriptions(userId), ...args);
+    }
+    const res = (await pipe.exec()) ?? [];
+    return res.map(([err, raws]) => {
+      if (err) throw err;
+      return ((raws as (string | null)[] | null) ?? [])
+        .map((r) => parseStored<SubscriptionRecord>(r))
+        .filter((s): s is SubscriptionRecord => s !== undefined);
+    });
   }
 
   async createAuto(userId: string, listenerId: string, eventName: string): Promise<AutoSubscriptionRecord> {
