@@ -43,7 +43,8 @@ export async function freePort(): Promise<number> {
   });
 }
 
-function answers(port: number): Promise<boolean> {
+/** True when a Redis on 127.0.0.1:`port` answers PING within half a second. */
+export function redisAnswersPing(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const sock = net.connect({ port, host: "127.0.0.1" });
     sock.setTimeout(500);
@@ -80,7 +81,7 @@ export async function startEmbeddedRedis(opts: EmbeddedRedisOptions = {}): Promi
     exited = true;
   });
   const deadline = Date.now() + (opts.startTimeoutMs ?? 10_000);
-  while (!(await answers(port))) {
+  while (!(await redisAnswersPing(port))) {
     if (exited || Date.now() > deadline) {
       child.kill("SIGKILL");
       throw new Error(`redis-server did not start on port ${port}`);

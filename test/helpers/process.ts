@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync } from "node:fs";
-import net from "node:net";
 import path from "node:path";
 import { waitFor } from "./receiver.js";
+import { redisAnswersPing } from "../../src/redis/embedded.js";
 
 /**
  * Real processes for durability tests: the daemon as `node --import tsx src/main.ts` children and
@@ -148,23 +148,6 @@ export interface RedisChild extends Child {
   readonly url: string;
 }
 
-function pingOnce(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const sock = net.connect({ port, host: "127.0.0.1" });
-    sock.setTimeout(500);
-    sock.once("connect", () => sock.write("PING\r\n"));
-    sock.once("data", (d) => {
-      sock.destroy();
-      resolve(d.toString().startsWith("+PONG"));
-    });
-    sock.once("error", () => resolve(false));
-    sock.once("timeout", () => {
-      sock.destroy();
-      resolve(false);
-    });
-  });
-}
-
 /**
  * A private `redis-server` with append-only persistence in `dir` and `appendfsync` as given, on
  * `port`; resolves once it answers PING (after replaying the AOF when one exists).
@@ -183,7 +166,7 @@ export async function startRedisServer(opts: {
   await waitFor(
     async () => {
       if (tracked.hasExited()) throw new Error(`redis-server exited:\n${tracked.logs()}`);
-      return pingOnce(opts.port);
+      return redisAnswersPing(opts.port);
     },
     { timeoutMs: 15_000, intervalMs: 50, what: `redis-server on port ${opts.port}` },
   );
