@@ -29,17 +29,20 @@ export function toAppError(err: unknown): AppError | undefined {
   const e = err as HttpLikeError;
   const status = e?.status ?? e?.statusCode;
   if (e?.type === "entity.too.large" || status === 413) return new PayloadTooLargeError();
+  if (status === 400 && /forbidden prototype property/.test(e?.message ?? "")) {
+    return new ValidationError("request body must not contain __proto__ or constructor.prototype keys", "invalid_body");
+  }
   if (e?.type === "entity.parse.failed" || (err instanceof SyntaxError && status === 400))
     return new ValidationError("request body is not valid JSON", "invalid_json");
+  if (status === 415) {
+    return new AppError(415, "unsupported_media_type", "unsupported Content-Encoding");
+  }
   if (e?.type === "encoding.unsupported" || e?.type === "charset.unsupported") {
     return new ValidationError("request body has an unsupported encoding", "invalid_body");
   }
   const code = (err as { code?: unknown })?.code;
   if (typeof code === "string" && /^(Z_|ERR__ERROR_FORMAT|ERR_BROTLI)/.test(code)) {
     return new ValidationError("request body does not match its Content-Encoding", "invalid_body");
-  }
-  if (e?.type === "encoding.unsupported" && status === 415) {
-    return new AppError(415, "unsupported_media_type", "unsupported Content-Encoding");
   }
   if (e?.type === "request.aborted") return new ValidationError("request was aborted", "request_aborted");
   if (typeof status === "number" && status >= 400 && status < 500) {

@@ -221,6 +221,19 @@ describe("the error contract", () => {
     const u = await td.createUser();
     const res = await raw("POST", "/v1/components", { key: u.api_key, headers: { ...JSON_TYPE, "content-encoding": "zstd" }, body: "{}" });
     expectError(res, 415);
+    expect(res.body.code).toBe("unsupported_media_type");
+  });
+
+  it("names __proto__ keys as the problem rather than calling the JSON invalid", async () => {
+    const u = await td.createUser();
+    const res = await raw("POST", "/v1/components", {
+      key: u.api_key,
+      headers: JSON_TYPE,
+      body: '{"__proto__": {"x": 1}, "component_code": "x"}',
+    });
+    expectError(res, 400);
+    expect(res.body.code).toBe("invalid_body");
+    expect(res.body.error).toMatch(/__proto__/);
   });
 
   it.each([
