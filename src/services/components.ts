@@ -4,8 +4,8 @@ import path from "node:path";
 import { NotFoundError, ValidationError } from "../domain/errors.js";
 import { hasIdShape } from "../domain/ids.js";
 import { isHttpUrl } from "../domain/url-rules.js";
-import type { ComponentRecord, ComponentStore } from "../store/components.js";
-import type { ComponentAnalyzer, ComponentFetcher } from "./component-analyzer.js";
+import type { ComponentRecord, ComponentStore, NewComponent } from "../store/components.js";
+import type { ComponentAnalyzer, ComponentFetcher, ComponentMeta } from "./component-analyzer.js";
 
 export const sha256Hex = (s: string): string => createHash("sha256").update(s).digest("hex");
 
@@ -23,6 +23,22 @@ export function componentView(c: ComponentRecord) {
     component_url: c.component_url,
     created_at: c.created_at,
     updated_at: c.updated_at,
+  };
+}
+
+/** The stored fields of a component, from its code and what the sandbox read from it. */
+function componentFields(code: string, codeHash: string, meta: ComponentMeta, url: string | null): NewComponent {
+  return {
+    key: meta.key,
+    code,
+    code_hash: codeHash,
+    name: meta.name,
+    version: meta.version,
+    description: meta.description,
+    configurable_props: meta.props,
+    dedupe: meta.dedupe,
+    hooks: meta.hooks,
+    component_url: url,
   };
 }
 
@@ -80,22 +96,7 @@ export class ComponentService {
     const existing = await this.store.getByHash(userId, codeHash);
     if (existing) return existing;
     const { meta, compiled } = await this.analyzer.analyze(code);
-    return this.store.saveOrGet(
-      userId,
-      {
-        key: meta.key,
-        code,
-        code_hash: codeHash,
-        name: meta.name,
-        version: meta.version,
-        description: meta.description,
-        configurable_props: meta.props,
-        dedupe: meta.dedupe,
-        hooks: meta.hooks,
-        component_url: url,
-      },
-      compiled,
-    );
+    return this.store.saveOrGet(userId, componentFields(code, codeHash, meta, url), compiled);
   }
 
   /** A component of the user by id (or a registry component by its id); 404 otherwise. */
@@ -142,19 +143,11 @@ export class ComponentService {
         const key = meta.key ?? path.basename(file).replace(/\.(c|m)?js$/, "");
         const hash = sha256Hex(code);
         const record: ComponentRecord = {
+          ...componentFields(code, hash, meta, null),
+          key,
           // Registry ids are derived from the code, so they are stable across restarts and hosts.
           id: `sc_reg${hash.slice(0, 20)}`,
           user_id: "",
-          key,
-          code,
-          code_hash: hash,
-          name: meta.name,
-          version: meta.version,
-          description: meta.description,
-          configurable_props: meta.props,
-          dedupe: meta.dedupe,
-          hooks: meta.hooks,
-          component_url: null,
           created_at: 0,
           updated_at: 0,
         };

@@ -35,28 +35,17 @@ export class WorkflowStore {
     return res?.[0]?.[1] === "OK";
   }
 
-  /** Registers the workflow if it is new; `created` tells whether this call registered it. */
-  async ensure(userId: string, id: string): Promise<{ workflow: WorkflowRecord; created: boolean }> {
-    const { redis, keys } = this.ctx;
-    const now = this.ctx.now();
-    const record: WorkflowRecord = { id, name: null, trigger_url: null, created_at: epochSeconds(now), updated_at: epochSeconds(now) };
-    const created = (await redis.set(keys.workflow(userId, id), JSON.stringify(record), "NX")) === "OK";
-    if (created) {
-      await redis.zadd(keys.workflows(userId), now, id);
-      return { workflow: record, created };
-    }
-    const existing = await this.get(userId, id);
-    return { workflow: existing ?? record, created: false };
-  }
-
   async upsert(
     userId: string,
     id: string,
     patch: { name?: string | null; trigger_url?: string | null },
   ): Promise<{ workflow: WorkflowRecord; created: boolean }> {
-    const { workflow, created } = await this.ensure(userId, id);
+    // register() is the single place that creates a workflow record (atomically with its list entry).
+    const created = await this.register(userId, id);
+    const workflow = await this.get(userId, id);
+    const nowS = epochSeconds(this.ctx.now());
     const next: WorkflowRecord = {
-      ...workflow,
+      ...(workflow ?? { id, name: null, trigger_url: null, created_at: nowS, updated_at: nowS }),
       ...(patch.name !== undefined ? { name: patch.name } : {}),
       ...(patch.trigger_url !== undefined ? { trigger_url: patch.trigger_url } : {}),
       updated_at: epochSeconds(this.ctx.now()),
