@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { appendFileSync, readFileSync } from "node:fs";
 import path from "node:path";
 
 /** Repository root (bench/ lives directly under it). */
@@ -57,6 +57,8 @@ export function spawnNode(
         const line = buf.slice(0, nl);
         buf = buf.slice(nl + 1);
         lines.push(`${label}: ${line}`);
+        // BENCH_CHILD_LOG=<dir>: every child's output, one file per child (diagnosis, e.g. --trace-gc).
+        if (process.env.BENCH_CHILD_LOG) appendFileSync(`${process.env.BENCH_CHILD_LOG}/${name}-${child.pid}.log`, `${label}: ${line}\n`);
         if (lines.length > 40) lines.shift();
         if (label === "out") for (const w of lineWaiters) w(line);
         nl = buf.indexOf("\n");

@@ -1,3 +1,5 @@
+import { execFileSync } from "node:child_process";
+import path from "node:path";
 import { freePort } from "../src/redis/embedded.js";
 import { type NodeChild, ROOT, spawnNode } from "./child.js";
 import { sleep } from "./stats.js";
@@ -31,7 +33,18 @@ function extraEnv(): Record<string, string> {
   return out;
 }
 
-/** Starts `node --no-node-snapshot --import tsx src/main.ts` and waits for /readyz. */
+const TSX_DAEMON = process.env.BENCH_DAEMON_TSX === "1";
+
+/** Compiles the daemon (`npm run build`) in the checkout the bench runs it from. */
+export function buildDaemon(): void {
+  if (TSX_DAEMON) return;
+  execFileSync(process.execPath, [path.join(ROOT, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.build.json"], {
+    cwd: process.env.BENCH_DAEMON_ROOT || ROOT,
+    stdio: "inherit",
+  });
+}
+
+/** Starts the compiled daemon (`node --no-node-snapshot dist/src/main.js`) and waits for /readyz. */
 export async function startDaemonProcess(opts: DaemonProcessOptions, name = "daemon"): Promise<DaemonProcess> {
   const port = await freePort();
   // BENCH_CPU_PROF=<dir> writes a V8 CPU profile of each daemon process there on exit.
@@ -52,7 +65,13 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
     ...opts.env,
     ...extraEnv(),
   };
-  const child = spawnNode(name, ["--no-node-snapshot", ...prof, "--import", "tsx"], "src/main.ts", [], env, root);
+  // BENCH_DAEMON_NODE_FLAGS="--trace-gc ...": extra node flags for the daemon (see BENCH_CHILD_LOG).
+  const flags = (process.env.BENCH_DAEMON_NODE_FLAGS ?? "").split(" ").filter(Boolean);
+  // The compiled daemon, as `npm start` runs it (see buildDaemon); BENCH_DAEMON_TSX=1 runs the
+  // TypeScript sources through tsx instead (its transform wraps every closure in a naming helper).
+  const child = TSX_DAEMON
+    ? spawnNode(name, ["--no-node-snapshot", ...prof, ...flags, "--import", "tsx"], "src/main.ts", [], env, root)
+    : spawnNode(name, ["--no-node-snapshot", ...prof, ...flags], "dist/src/main.js", [], env, root);
   const url = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 60_000;
   for (;;) {

@@ -9,9 +9,11 @@
  * all), BENCH_SOURCE_DURATION_S (5: load per HTTP-source phase), BENCH_SANDBOX_RUNS (2000),
  * BENCH_TIMER_S (10: how long the 1 s timer source ticks),
  * BENCH_CPU_PROF (directory for V8 CPU profiles of the daemon), BENCH_TRACE=1 (drain progress),
- * BENCH_DAEMON_ROOT (run the daemon from another checkout), BENCH_DAEMON_ENV ("K=V,K2=V2" extra
+ * BENCH_DAEMON_ROOT (run the daemon from another checkout),
+ * BENCH_DAEMON_TSX=1 (run the daemon's TypeScript through tsx instead of the compiled dist/ that `npm start` runs), BENCH_DAEMON_ENV ("K=V,K2=V2" extra
  * daemon settings, e.g. ROLES=api or DELIVERY_CONCURRENCY=128), BENCH_SPLIT=1 (an api process
- * plus a worker+scheduler process instead of one daemon).
+ * plus a worker+scheduler process instead of one daemon), BENCH_LATENCY_RUNS ("1000x1,200x1": these
+ * latency runs instead of the standard four; events/s x events per request).
  */
 import { randomBytes } from "node:crypto";
 import { availableParallelism } from "node:os";
@@ -23,7 +25,7 @@ import { FANOUT_GROUP } from "../src/events/fanout.js";
 import { createKeys } from "../src/store/keys.js";
 import { bullmqBaseline, drainResult, koaBaseline } from "./baselines.js";
 import { cpuMsOf } from "./cpu.js";
-import { apiData, type DaemonProcess, type Deployment, startDaemonProcess, startDeployment } from "./daemon-process.js";
+import { apiData, buildDaemon, type DaemonProcess, type Deployment, startDaemonProcess, startDeployment } from "./daemon-process.js";
 import { type ClosedLoopResult, hammer, openLoop, smallEvent } from "./load.js";
 import { type Cost, startMeter } from "./meter.js";
 import { startReceiver } from "./receiver.js";
@@ -71,6 +73,8 @@ const SETTINGS = {
     sourceRunConcurrency: 4, // Tributary's SOURCE_RUN_CONCURRENCY default
   },
 };
+/** BENCH_LATENCY_RUNS="1000x1,200x1": these latency runs instead of the standard four (events/s x events per request). */
+const LATENCY_RUNS = process.env.BENCH_LATENCY_RUNS ? new Set(process.env.BENCH_LATENCY_RUNS.split(",").map((r) => r.trim())) : undefined;
 const KEY_PREFIX = "trib"; // the daemon's default REDIS_KEY_PREFIX
 /** BENCH_SPLIT=1: run the daemon as two processes (ROLES=api and ROLES=worker,scheduler). */
 const SPLIT = process.env.BENCH_SPLIT === "1";
@@ -109,9 +113,15 @@ function trace(redis: Redis, keys: ReturnType<typeof createKeys>, receiver: { co
   };
 }
 
+const tributaryPhases = () => ["drain", "single", "batch", "latency", "timer", "srcinline", "srchttp"].some((p) => PHASES.has(p));
+
 async function main(): Promise<Results> {
   const S = SETTINGS;
   const results: Results = { settings: S, split: SPLIT, latency: [] };
+  if (tributaryPhases()) {
+    log("building the daemon (npm run build)");
+    buildDaemon();
+  }
   const redisServer = await startEmbeddedRedis();
   cleanups.push(() => redisServer.close());
   const redis = new Redis(redisServer.url, { maxRetriesPerRequest: null });
@@ -310,7 +320,10 @@ async function main(): Promise<Results> {
   }
 
   if (want("latency")) {
-    for (const [index, { rate, batch }] of S.latency.entries()) {
+    const runs = LATENCY_RUNS
+      ? [...LATENCY_RUNS].map((r) => ({ rate: Number(r.split("x")[0]), batch: Number(r.split("x")[1] ?? 1) }))
+      : S.latency;
+    for (const [index, { rate, batch }] of runs.entries()) {
       log(`emit-to-delivered at ${rate} events/s for ${S.durationS}s (${batch} event(s)/request)`);
       receiver.reset();
       const meter = await startMeter({ ...dm.pids, redis: redisServer.pid, bench: process.pid }, redis);

@@ -160,7 +160,6 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       redis,
       keys,
       subscriptions: subscriptionStore,
-      attemptLog,
       deliveryQueue,
       sourceRunQueue,
       deliveryJobOptions: { attempts },

@@ -28,7 +28,10 @@ export interface DeliveryRecord {
   attempts: AttemptRecord[];
   created_at: number;
   updated_at: number;
-  /** The payload, kept so a failed delivery can be replayed after the summary stream rolled over. */
+  /**
+   * The payload, kept so a failed (or retrying) delivery can be replayed after the summary stream
+   * rolled over; empty once delivered.
+   */
   payload: string;
   accepted_at_ms: number;
   replays: number;
@@ -64,11 +67,16 @@ export function deliveryView(d: DeliveryRecord) {
  */
 /** Oldest records examined per trim. */
 const TRIM_SCAN = 200;
+/** New records per listener (and process) between two trims. */
+const TRIM_EVERY = 16;
+
+/** What a delivery record is made of before its first attempt (all of it is in the job). */
+export type DeliveryBase = Omit<DeliveryRecord, "status" | "attempts" | "created_at" | "updated_at" | "replays">;
 
 /**
  * Keeps about the newest `limit` deliveries per listener. Only finished (delivered or failed)
- * records go: a pending one is still needed by its job (dedupe check, attempts, replay), so a
- * backlog larger than the limit lets the log grow until it drains. At most TRIM_SCAN of the
+ * records go: a pending one (waiting for a retry) is still needed by its job (dedupe check,
+ * attempts, replay), so many retrying deliveries can hold the log above the limit. At most TRIM_SCAN of the
  * oldest are looked at per call, which bounds the cost while a backlog is pending. Runs inside
  * Redis so the records (payload included) never travel to the worker just to read their status.
  *
@@ -103,37 +111,66 @@ export class AttemptLog {
     if (!("tribTrimAttemptLog" in redis)) redis.defineCommand("tribTrimAttemptLog", { numberOfKeys: 1, lua: TRIM_LUA });
   }
 
-  /** Creates pending records; existing ones (a redone fan-out) are left untouched. */
-  async createPending(
-    records: readonly Omit<DeliveryRecord, "status" | "attempts" | "created_at" | "updated_at" | "replays">[],
-  ): Promise<void> {
-    if (records.length === 0) return;
+  /**
+   * Trims the listener's index once every TRIM_EVERY new records (per process), so the common
+   * write is one SET NX and one ZADD; TRIM_SCAN per call keeps up with that pace.
+   */
+  private readonly sinceTrim = new Map<string, number>();
+
+  private dueForTrim(indexKey: string): boolean {
+    const n = this.sinceTrim.get(indexKey) ?? 0;
+    if (this.sinceTrim.size > 10_000) this.sinceTrim.clear();
+    this.sinceTrim.set(indexKey, (n + 1) % TRIM_EVERY);
+    return n === 0;
+  }
+
+  /**
+   * Writes the outcome of an attempt. The record is created by its first write (there is no
+   * pending record before the first attempt ends: one round trip less per delivery), with SET NX
+   * so a second runner of the same delivery (a stalled job taken over) never overwrites it; that
+   * rare case falls back to read-modify-write. `known` is the record the caller read in this
+   * attempt, if any. A delivered record drops its payload (only failed ones can be replayed).
+   * Undefined when the record vanished meanwhile (its webhook was deleted).
+   */
+  async upsert(
+    base: DeliveryBase,
+    change: (d: DeliveryRecord) => DeliveryRecord,
+    known?: DeliveryRecord,
+  ): Promise<DeliveryRecord | undefined> {
     const nowMs = this.now();
-    const pipe = this.redis.pipeline();
-    for (const r of records) {
-      const full: DeliveryRecord = {
-        ...r,
+    const finish = (d: DeliveryRecord): DeliveryRecord => {
+      const next = { ...change(d), updated_at: epochSeconds(nowMs) };
+      return next.status === "delivered" ? { ...next, payload: "" } : next;
+    };
+    const key = this.keys.delivery(base.user_id, base.id);
+    if (!known) {
+      const fresh = finish({
+        ...base,
         status: "pending",
         attempts: [],
         created_at: epochSeconds(nowMs),
         updated_at: epochSeconds(nowMs),
         replays: 0,
-      };
-      pipe.set(this.keys.delivery(r.user_id, r.id), JSON.stringify(full), "NX");
-      pipe.zadd(this.keys.deliveries(r.user_id, r.listener_id), "NX", eventScore(r.event_id, nowMs), r.id);
+      });
+      const indexKey = this.keys.deliveries(base.user_id, base.listener_id);
+      // Plain commands, not a pipeline: the connection auto-pipelines, so the writes of every
+      // delivery finishing in the same tick share one socket write.
+      const writes: Promise<unknown>[] = [
+        this.redis.set(key, JSON.stringify(fresh), "NX"),
+        this.redis.zadd(indexKey, "NX", eventScore(base.event_id, nowMs), base.id),
+      ];
+      if (this.dueForTrim(indexKey)) {
+        // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
+        writes.push((this.redis as any).tribTrimAttemptLog(indexKey, this.limit, TRIM_SCAN, this.keys.delivery(base.user_id, "")));
+      }
+      const [created] = await Promise.all(writes);
+      if (created === "OK") return fresh;
+      known = await this.get(base.user_id, base.id);
+      if (!known) return undefined;
     }
-    // The trim rides in the same pipeline: one round trip for the whole batch.
-    const seen = new Set<string>();
-    for (const r of records) {
-      const key = this.keys.deliveries(r.user_id, r.listener_id);
-      if (seen.has(key)) continue;
-      seen.add(key);
-      // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
-      (pipe as any).tribTrimAttemptLog(key, this.limit, TRIM_SCAN, this.keys.delivery(r.user_id, ""));
-    }
-    const res = await pipe.exec();
-    const failed = res?.find(([err]) => err);
-    if (failed) throw failed[0];
+    const next = finish(known);
+    const ok = await this.redis.set(key, JSON.stringify(next), "XX");
+    return ok ? next : undefined;
   }
 
   async get(userId: string, id: string): Promise<DeliveryRecord | undefined> {

@@ -7,7 +7,7 @@ import { deliveryJob, type DeliveryJob, QUEUES } from "../queue/catalog.js";
 import { WORKER_RECOVERY } from "../queue/worker-options.js";
 import type { WebhookRecord, WebhookStore } from "../store/webhooks.js";
 import type { WorkflowStore } from "../store/workflows.js";
-import type { AttemptLog, AttemptRecord, DeliveryRecord } from "./attempt-log.js";
+import type { AttemptLog, AttemptRecord, DeliveryBase, DeliveryRecord } from "./attempt-log.js";
 import type { Sender, SendResult } from "./sender.js";
 
 /** Thrown to ask BullMQ for another attempt after `delayMs` (read by the backoff strategy). */
@@ -43,6 +43,21 @@ export interface DeliveryWorkerDeps {
 
 type Target = { url: string; secret: string | null } | { skip: string };
 
+/** The attempt-log record a job's first write creates. */
+function baseOf(job: DeliveryJob): DeliveryBase {
+  return {
+    id: job.deliveryId,
+    user_id: job.userId,
+    listener_id: job.listenerId,
+    listener_kind: job.listenerKind,
+    event_id: job.eventId,
+    emitter_id: job.emitterId,
+    event_name: job.channel,
+    payload: job.payload,
+    accepted_at_ms: job.acceptedAtMs,
+  };
+}
+
 /**
  * Works the delivery queue: signs and POSTs each event, records the attempt, and acts on the one
  * classifier's verdict (delivered / retry after N ms / give up / deactivate the webhook).
@@ -71,7 +86,7 @@ export class DeliveryWorker {
       const parsed = deliveryJob.safeParse(job.data);
       if (!parsed.success) return;
       void this.d.attemptLog
-        .update(parsed.data.userId, parsed.data.deliveryId, (rec) => (rec.status === "delivered" ? rec : { ...rec, status: "failed" }))
+        .upsert(baseOf(parsed.data), (rec) => (rec.status === "delivered" ? rec : { ...rec, status: "failed" }))
         .catch((e) => d.logger.warn({ err: e }, "could not mark a given-up delivery failed"));
     });
   }
@@ -114,14 +129,26 @@ export class DeliveryWorker {
         outcome: target.skip.startsWith("undeliverable") ? "undeliverable" : "skipped",
       });
       this.d.logger.debug({ deliveryId: data.deliveryId, reason: target.skip }, "delivery skipped");
-      await this.d.attemptLog.update(data.userId, data.deliveryId, (d) => ({
-        ...d,
-        status: "failed",
-        attempts: [
-          ...d.attempts,
-          { attempt: d.attempts.length + 1, at: new Date(this.now()).toISOString(), status_code: null, duration_ms: 0, error: target.skip },
-        ],
-      }));
+      // A deleted listener took its attempt log with it: nothing to record (or to resurrect).
+      if (target.skip.endsWith("was deleted")) return;
+      await this.d.attemptLog.upsert(
+        baseOf(data),
+        (d) => ({
+          ...d,
+          status: "failed",
+          attempts: [
+            ...d.attempts,
+            {
+              attempt: d.attempts.length + 1,
+              at: new Date(this.now()).toISOString(),
+              status_code: null,
+              duration_ms: 0,
+              error: target.skip,
+            },
+          ],
+        }),
+        record,
+      );
       return;
     }
     // The retry budget is per job (a replay starts a fresh one); the header is numbered like the
@@ -165,9 +192,8 @@ export class DeliveryWorker {
     known: DeliveryRecord | undefined,
   ): Promise<void> {
     const status = outcome.kind === "delivered" ? "delivered" : outcome.kind === "retry" ? "pending" : "failed";
-    await this.d.attemptLog.update(
-      data.userId,
-      data.deliveryId,
+    await this.d.attemptLog.upsert(
+      baseOf(data),
       (d) => {
         const entry: AttemptRecord = {
           attempt: d.attempts.length + 1,

@@ -1,7 +1,6 @@
 import { createHash } from "node:crypto";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
-import type { AttemptLog } from "../delivery/attempt-log.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { DeliveryJob, SourceRunJob } from "../queue/catalog.js";
@@ -53,7 +52,6 @@ export interface FanoutDeps {
   redis: Redis;
   keys: Keys;
   subscriptions: SubscriptionStore;
-  attemptLog: AttemptLog;
   deliveryQueue: Queue;
   sourceRunQueue: Queue;
   deliveryJobOptions: { attempts: number };
@@ -212,19 +210,6 @@ export class FanoutWorker {
         if (kind) metrics.fanoutJobs.inc({ listener_kind: kind });
       }
     }
-    await this.d.attemptLog.createPending(
-      deliveries.map((j) => ({
-        id: j.deliveryId,
-        user_id: j.userId,
-        listener_id: j.listenerId,
-        listener_kind: j.listenerKind,
-        event_id: j.eventId,
-        emitter_id: j.emitterId,
-        event_name: j.channel,
-        payload: j.payload,
-        accepted_at_ms: j.acceptedAtMs,
-      })),
-    );
     if (deliveries.length > 0) {
       await this.d.deliveryQueue.addBulk(
         deliveries.map((data) => ({

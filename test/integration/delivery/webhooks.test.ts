@@ -343,7 +343,11 @@ describe("webhook deliveries", () => {
       release = r;
     });
     const u = await h.td.createUser();
+    // The first attempt fails (the record exists from then on, pending); the second is held open.
+    let calls = 0;
     const path = hookPath("held", async () => {
+      calls++;
+      if (calls === 1) return { status: 500 };
       await released;
       return { status: 200 };
     });
@@ -351,7 +355,7 @@ describe("webhook deliveries", () => {
     const p = workflowId();
     await subscribe(u.api, p, w.id);
     await emit(u.api, p, { held: true });
-    await arrived(path, 1);
+    await arrived(path, 2);
     const pending = await onlyDelivery(u.api, w.id, "pending");
 
     const res = await u.api.post(`/v1/webhooks/${w.id}/deliveries/${pending.id}/retry`);
