@@ -36,6 +36,7 @@ import type { StoreContext } from "./store/context.js";
 import { createKeys } from "./store/keys.js";
 import { SourceStore } from "./store/sources.js";
 import { SubscriptionStore } from "./store/subscriptions.js";
+import { AuthCache } from "./store/auth-cache.js";
 import { UserStore } from "./store/users.js";
 import { WebhookStore } from "./store/webhooks.js";
 import { WorkflowStore } from "./store/workflows.js";
@@ -193,7 +194,17 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   let server: Server | undefined;
   let port = config.port;
   if (roles.has("api")) {
+    // API keys are resolved from an in-process cache that key rotation and user deletion
+    // invalidate over pub/sub (store/auth-cache.ts).
+    const subscriber = new Redis(opts.redisUrl, patient);
+    subscriber.on("error", () => {});
+    const authCache = new AuthCache(userStore, { subscriber, channel: keys.apiKeyRevocations(), logger });
+    await authCache.start();
+    closers.push(async () => {
+      await subscriber.quit().catch(() => {});
+    });
     const app = createApp({
+      authenticator: authCache,
       logger,
       metrics,
       adminToken: config.adminToken,

@@ -8,7 +8,7 @@ import type { SubscriptionService } from "../services/subscriptions.js";
 import type { UserService } from "../services/users.js";
 import type { WebhookService } from "../services/webhooks.js";
 import type { WorkflowService } from "../services/workflows.js";
-import { requireAdmin, requireUser } from "./middleware/auth.js";
+import { type Authenticator, requireAdmin, requireUser } from "./middleware/auth.js";
 import { jsonBody } from "./middleware/body.js";
 import { errorHandler } from "./middleware/errors.js";
 import { observeRequests } from "./middleware/observe.js";
@@ -29,6 +29,8 @@ export interface ApiDeps {
   readonly adminToken: string | undefined;
   readonly bodyLimitBytes: number;
   readonly users: UserService;
+  /** Resolves API keys; default the user store (one Redis read per request). */
+  readonly authenticator?: Authenticator;
   readonly components: ComponentService;
   readonly sources: SourceService;
   readonly subscriptions: SubscriptionService;
@@ -92,7 +94,7 @@ export function createApp(deps: ApiDeps): Koa {
   const adminAllowed = allowedMethods(admin) as unknown as Middleware;
 
   const v1 = new Router({ prefix: "/v1" });
-  v1.use(requireUser(deps.users.store), jsonBody(deps.bodyLimitBytes));
+  v1.use(requireUser(deps.authenticator ?? deps.users.store), jsonBody(deps.bodyLimitBytes));
   componentRoutes(v1, deps.components);
   sourceRoutes(v1, deps.sources);
   subscriptionRoutes(v1, deps.subscriptions);

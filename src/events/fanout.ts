@@ -92,13 +92,19 @@ export class FanoutWorker {
 
   private async run(): Promise<void> {
     const { blocking, keys, logger } = this.d;
+    /** Entries fanned out by the last round, acknowledged in the same write as the next read. */
+    let toAck: string[] = [];
     while (this.running) {
       try {
         if (Date.now() - this.lastClaim > Math.min(this.d.claimIdleMs, 5000)) {
           this.lastClaim = Date.now();
           await this.reclaim();
         }
-        const res = (await blocking.xreadgroup(
+        // XACK + XDEL of the previous round and the next XREADGROUP share one round trip; Redis
+        // runs them in order, so an entry is acknowledged only after its jobs were added.
+        const pipe = blocking.pipeline();
+        if (toAck.length > 0) pipe.xack(keys.outbox(), FANOUT_GROUP, ...toAck).xdel(keys.outbox(), ...toAck);
+        pipe.xreadgroup(
           "GROUP",
           FANOUT_GROUP,
           this.d.consumer,
@@ -109,9 +115,14 @@ export class FanoutWorker {
           "STREAMS",
           keys.outbox(),
           ">",
-        )) as [string, XEntries][] | null;
+        );
+        const replies = (await pipe.exec()) ?? [];
+        toAck = [];
+        const failed = replies.find(([err]) => err);
+        if (failed) throw failed[0];
+        const res = replies.at(-1)?.[1] as [string, XEntries][] | null;
         const entries = res?.[0]?.[1] ?? [];
-        if (entries.length > 0) await this.process(entries);
+        if (entries.length > 0) toAck = await this.fanOut(entries);
       } catch (err) {
         if (!this.running) break;
         // Redis lost its data (restart without persistence, FLUSHALL): recreate the group.
@@ -123,6 +134,16 @@ export class FanoutWorker {
         await new Promise((r) => setTimeout(r, 500));
       }
     }
+    // Stopping: acknowledge the last round (if this fails, the entries are taken over and redone).
+    if (toAck.length > 0) await this.ack(toAck).catch(() => {});
+  }
+
+  private async ack(ids: readonly string[]): Promise<void> {
+    await this.d.redis
+      .multi()
+      .xack(this.d.keys.outbox(), FANOUT_GROUP, ...ids)
+      .xdel(this.d.keys.outbox(), ...ids)
+      .exec();
   }
 
   /** Takes over entries a crashed consumer left pending. */
@@ -148,8 +169,16 @@ export class FanoutWorker {
     }
   }
 
-  /** Fans a batch out; lookups are shared between entries of the same emitter and channel. */
+  /** Fans a batch out and acknowledges it (takeover, tests). */
   async process(raw: XEntries): Promise<void> {
+    await this.ack(await this.fanOut(raw));
+  }
+
+  /**
+   * Fans a batch out; lookups are shared between entries of the same emitter and channel. Returns
+   * the entry ids, which the caller acknowledges once this has returned.
+   */
+  private async fanOut(raw: XEntries): Promise<string[]> {
     const { subscriptions, metrics } = this.d;
     const deliveries: DeliveryJob[] = [];
     const sourceRuns: { id: string; data: SourceRunJob }[] = [];
@@ -224,12 +253,8 @@ export class FanoutWorker {
         sourceRuns.map((r) => ({ name: "event", data: r.data, opts: { jobId: r.id, ...SOURCE_RUN_JOB_OPTS } })),
       );
     }
-    // Only now is the work handed over: acknowledge and drop the entries.
-    await this.d.redis
-      .multi()
-      .xack(this.d.keys.outbox(), FANOUT_GROUP, ...done)
-      .xdel(this.d.keys.outbox(), ...done)
-      .exec();
+    // Only now is the work handed over: the caller may acknowledge and drop the entries.
+    return done;
   }
 
   isRunning(): boolean {

@@ -22,6 +22,8 @@ export function createKeys(prefix: string) {
     // ---- global ----
     /** hash: sha256(api key) -> user id */
     apiKeys: () => `${g}:apikeys`,
+    /** pub/sub channel: digests of API keys that stopped working (auth caches drop them) */
+    apiKeyRevocations: () => `${g}:apikeys:revoked`,
     /** zset: user ids by creation time */
     users: () => `${g}:users`,
     /** hash: username -> user id (uniqueness) */

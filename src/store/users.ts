@@ -21,7 +21,21 @@ const hashKey = (key: string): string => createHash("sha256").update(key).digest
 
 /** Users and their API keys. Keys are stored hashed; lookups go through the hash. */
 export class UserStore {
+  private readonly revokedListeners = new Set<(digest: string) => void>();
+
   constructor(private readonly ctx: StoreContext) {}
+
+  /**
+   * Called with a key's digest once the key stopped working (after the change is committed),
+   * in this process; other processes learn it from the `apiKeyRevocations` channel.
+   */
+  onKeyRevoked(listener: (digest: string) => void): void {
+    this.revokedListeners.add(listener);
+  }
+
+  private revoked(digest: string): void {
+    for (const listener of this.revokedListeners) listener(digest);
+  }
 
   private newApiKey(): string {
     return `trib_${randomBase62(40, this.ctx.randomBytes)}`;
@@ -66,11 +80,21 @@ export class UserStore {
 
   /** The user id an API key belongs to, or undefined. */
   async authenticate(apiKey: string): Promise<string | undefined> {
-    if (apiKey.length < 8 || apiKey.length > 200) return undefined;
-    const digest = hashKey(apiKey);
-    // One lookup by digest: the index is only written together with the user record (MULTI in
-    // create and rotateKey), so an entry names a live key. Comparing digests rather than keys
-    // means timing reveals nothing about the key itself.
+    const digest = this.digestOf(apiKey);
+    return digest === undefined ? undefined : this.userOfDigest(digest);
+  }
+
+  /** The digest keys are indexed by; undefined for a string that cannot be a key. */
+  digestOf(apiKey: string): string | undefined {
+    return apiKey.length < 8 || apiKey.length > 200 ? undefined : hashKey(apiKey);
+  }
+
+  /**
+   * One lookup by digest: the index is only written together with the user record (MULTI in
+   * create and rotateKey), so an entry names a live key. Comparing digests rather than keys means
+   * timing reveals nothing about the key itself.
+   */
+  async userOfDigest(digest: string): Promise<string | undefined> {
     return (await this.ctx.redis.hget(this.ctx.keys.apiKeys(), digest)) ?? undefined;
   }
 
@@ -85,7 +109,10 @@ export class UserStore {
       .hdel(keys.apiKeys(), user.api_key_hash)
       .hset(keys.apiKeys(), updated.api_key_hash, id)
       .set(keys.user(id), JSON.stringify(updated))
+      // Auth caches (auth-cache.ts) drop the old key when this arrives.
+      .publish(keys.apiKeyRevocations(), user.api_key_hash)
       .exec();
+    this.revoked(user.api_key_hash);
     return apiKey;
   }
 
@@ -99,7 +126,14 @@ export class UserStore {
   async delete(id: string): Promise<void> {
     const { redis, keys } = this.ctx;
     const user = await this.require(id);
-    await redis.multi().hdel(keys.apiKeys(), user.api_key_hash).hdel(keys.usernames(), user.username).zrem(keys.users(), id).exec();
+    await redis
+      .multi()
+      .hdel(keys.apiKeys(), user.api_key_hash)
+      .hdel(keys.usernames(), user.username)
+      .zrem(keys.users(), id)
+      .publish(keys.apiKeyRevocations(), user.api_key_hash)
+      .exec();
+    this.revoked(user.api_key_hash);
     let cursor = "0";
     do {
       const [next, found] = await redis.scan(cursor, "MATCH", `${keys.prefix}:{${id}}:*`, "COUNT", 500);

@@ -210,6 +210,8 @@ describe("GET /admin/users", () => {
 describe("POST /admin/users/{id}/api_key", () => {
   it("issues a new key and revokes the old one at once", async () => {
     const u = await td.createUser();
+    // Used first, so the daemon's auth cache holds the key when it is rotated.
+    expectStatus(await u.api.get("/v1/users/me"), 200);
     const rot = await admin.post(`/admin/users/${u.id}/api_key`);
     expectStatus(rot, 200);
     expect(rot.body.data.id).toBe(u.id);
@@ -228,6 +230,7 @@ describe("POST /admin/users/{id}/api_key", () => {
     const u = await td.createUser();
     const hook = await createWebhook(u.api, "https://example.com/keep");
     const k1 = (await admin.post(`/admin/users/${u.id}/api_key`)).body.data.api_key;
+    expectStatus(await client(td.url, k1).get("/v1/users/me"), 200);
     const k2 = (await admin.post(`/admin/users/${u.id}/api_key`)).body.data.api_key;
     expectError(await client(td.url, u.api_key).get("/v1/users/me"), 401);
     expectError(await client(td.url, k1).get("/v1/users/me"), 401);

@@ -1,0 +1,79 @@
+import type { Redis } from "ioredis";
+import type { Logger } from "../observability/logger.js";
+import { InvalidatedCache } from "./invalidated-cache.js";
+import type { UserStore } from "./users.js";
+
+export interface AuthCacheOptions {
+  /** A connection of its own: it goes into subscriber mode. */
+  readonly subscriber: Redis;
+  /** The channel `UserStore` publishes revoked key digests on (`keys.apiKeyRevocations()`). */
+  readonly channel: string;
+  readonly logger: Logger;
+  readonly maxEntries?: number;
+  readonly maxAgeMs?: number;
+  readonly now?: () => number;
+}
+
+/**
+ * API key -> user id without a Redis round trip per request. Every change that retires a key
+ * (rotation, user deletion) publishes the key's digest in the same MULTI as the change, and every
+ * process drops it on receipt, so a revoked key stops working as soon as the message is read: in
+ * practice before the rotating client gets its answer back (the process that made the change
+ * drops it before the change's caller resumes). The cache is used only while the
+ * subscription is live; when the subscriber connection drops, the cache empties and lookups go to
+ * Redis until it is subscribed again. New keys need nothing: misses are never cached.
+ */
+export class AuthCache {
+  private readonly cache: InvalidatedCache<string>;
+  private live = false;
+
+  constructor(
+    private readonly users: UserStore,
+    private readonly opts: AuthCacheOptions,
+  ) {
+    this.cache = new InvalidatedCache({
+      maxEntries: opts.maxEntries ?? 10_000,
+      maxAgeMs: opts.maxAgeMs ?? 60_000,
+      now: opts.now ?? Date.now,
+    });
+  }
+
+  /** Subscribes; resolves once the cache is in use. Resubscribes after every reconnect. */
+  async start(): Promise<void> {
+    const { subscriber, channel, logger } = this.opts;
+    // This process's own rotations and deletions invalidate at once, before their caller resumes.
+    this.users.onKeyRevoked((digest) => this.cache.invalidate(digest));
+    subscriber.on("message", (ch: string, digest: string) => {
+      if (ch === channel) this.cache.invalidate(digest);
+    });
+    const down = () => {
+      if (this.live) logger.warn("auth cache: invalidation channel lost; reading keys from Redis until it is back");
+      this.live = false;
+      this.cache.clear();
+    };
+    subscriber.on("close", down);
+    subscriber.on("reconnecting", down);
+    subscriber.on("ready", () => void this.subscribe());
+    await this.subscribe();
+  }
+
+  private async subscribe(): Promise<void> {
+    try {
+      await this.opts.subscriber.subscribe(this.opts.channel);
+      this.live = this.opts.subscriber.status === "ready";
+    } catch (err) {
+      this.opts.logger.warn({ err }, "auth cache: subscribe failed; reading keys from Redis");
+    }
+  }
+
+  /** Same contract as `UserStore.authenticate`. */
+  authenticate(apiKey: string): Promise<string | undefined> {
+    const digest = this.users.digestOf(apiKey);
+    if (digest === undefined) return Promise.resolve(undefined);
+    return this.cache.get(digest, () => this.users.userOfDigest(digest), this.live);
+  }
+
+  isLive(): boolean {
+    return this.live;
+  }
+}
