@@ -42,9 +42,11 @@ export interface DeliveryRecord {
  * in the same millisecond, still list newest first. Stays an exact integer (< 2^53).
  */
 export function eventScore(eventId: string, fallbackMs: number): number {
-  const [ms, seq] = eventId.split("-").map(Number);
+  const dash = eventId.indexOf("-");
+  const ms = dash > 0 ? Number(eventId.slice(0, dash)) : Number.NaN;
+  const seq = dash > 0 ? Number(eventId.slice(dash + 1)) : Number.NaN;
   if (!Number.isFinite(ms) || !Number.isFinite(seq)) return fallbackMs * 1000;
-  return (ms as number) * 1000 + Math.min(seq as number, 999);
+  return ms * 1000 + Math.min(seq, 999);
 }
 
 /** The API shape of one delivery (SPEC §6). */
@@ -61,46 +63,47 @@ export function deliveryView(d: DeliveryRecord) {
   };
 }
 
-/**
- * The attempt log of webhook deliveries: one record per delivery, indexed newest first per
- * webhook and trimmed to the configured size. Workflow deliveries are logged under the workflow id.
- */
 /** Oldest records examined per trim. */
 const TRIM_SCAN = 200;
-/** New records per listener (and process) between two trims. */
-const TRIM_EVERY = 16;
 
 /** What a delivery record is made of before its first attempt (all of it is in the job). */
 export type DeliveryBase = Omit<DeliveryRecord, "status" | "attempts" | "created_at" | "updated_at" | "replays">;
 
 /**
- * Keeps about the newest `limit` deliveries per listener. Only finished (delivered or failed)
- * records go: a pending one (waiting for a retry) is still needed by its job (dedupe check,
- * attempts, replay), so many retrying deliveries can hold the log above the limit. At most TRIM_SCAN of the
- * oldest are looked at per call, which bounds the cost while a backlog is pending. Runs inside
- * Redis so the records (payload included) never travel to the worker just to read their status.
+ * Creates a delivery record (SET NX) and indexes it (ZADD NX) in one call; returns 0 without
+ * writing when the record already exists. Then keeps about the newest `limit` deliveries of the
+ * listener: only finished (delivered or failed) records go, a pending one (waiting for a retry)
+ * is still needed by its job (dedupe check, attempts, replay), so many retrying deliveries can
+ * hold the log above the limit. At most TRIM_SCAN of the oldest are looked at per call, and in
+ * the steady state each new record retires about one old one. Runs inside Redis so old records
+ * never travel to the worker just to read their status.
  *
- * KEYS[1] the listener's index zset; ARGV[1] limit, ARGV[2] scan size, ARGV[3] the record key
- * prefix (same hash tag as KEYS[1]). A record is pending when its JSON holds `"status":"pending"`
- * with bare quotes: string values escape every quote, so only the top-level key can match.
+ * KEYS[1] the record, KEYS[2] the listener's index zset (same hash tag); ARGV[1] record JSON,
+ * ARGV[2] score, ARGV[3] delivery id, ARGV[4] limit, ARGV[5] scan size, ARGV[6] the record key
+ * prefix. A record is pending when its JSON holds `"status":"pending"` with bare quotes: string
+ * values escape every quote, so only the top-level key can match.
  */
-const TRIM_LUA = `
-local excess = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[1])
-if excess <= 0 then return 0 end
-local oldest = redis.call('ZRANGE', KEYS[1], 0, math.min(excess, tonumber(ARGV[2])) - 1)
-local removed = 0
+const CREATE_LUA = `
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
+redis.call('ZADD', KEYS[2], 'NX', ARGV[2], ARGV[3])
+local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
+if excess <= 0 then return 1 end
+local oldest = redis.call('ZRANGE', KEYS[2], 0, math.min(excess, tonumber(ARGV[5])) - 1)
 for _, id in ipairs(oldest) do
-  local k = ARGV[3] .. id
+  local k = ARGV[6] .. id
   local raw = redis.call('GET', k)
   if not raw or not string.find(raw, '"status":"pending"', 1, true) then
-    redis.call('ZREM', KEYS[1], id)
+    redis.call('ZREM', KEYS[2], id)
     if raw then redis.call('DEL', k) end
-    removed = removed + 1
   end
 end
-return removed
+return 1
 `;
 
+/**
+ * The attempt log of webhook deliveries: one record per delivery, indexed newest first per
+ * webhook and trimmed to the configured size. Workflow deliveries are logged under the workflow id.
+ */
 export class AttemptLog {
   constructor(
     private readonly redis: Redis,
@@ -108,27 +111,14 @@ export class AttemptLog {
     private readonly limit: number,
     private readonly now: () => number,
   ) {
-    if (!("tribTrimAttemptLog" in redis)) redis.defineCommand("tribTrimAttemptLog", { numberOfKeys: 1, lua: TRIM_LUA });
-  }
-
-  /**
-   * Trims the listener's index once every TRIM_EVERY new records (per process), so the common
-   * write is one SET NX and one ZADD; TRIM_SCAN per call keeps up with that pace.
-   */
-  private readonly sinceTrim = new Map<string, number>();
-
-  private dueForTrim(indexKey: string): boolean {
-    const n = this.sinceTrim.get(indexKey) ?? 0;
-    if (this.sinceTrim.size > 10_000) this.sinceTrim.clear();
-    this.sinceTrim.set(indexKey, (n + 1) % TRIM_EVERY);
-    return n === 0;
+    if (!("tribCreateDelivery" in redis)) redis.defineCommand("tribCreateDelivery", { numberOfKeys: 2, lua: CREATE_LUA });
   }
 
   /**
    * Writes the outcome of an attempt. The record is created by its first write (there is no
-   * pending record before the first attempt ends: one round trip less per delivery), with SET NX
-   * so a second runner of the same delivery (a stalled job taken over) never overwrites it; that
-   * rare case falls back to read-modify-write. `known` is the record the caller read in this
+   * pending record before the first attempt ends: one round trip less per delivery), with one
+   * script call (CREATE_LUA: SET NX, index, trim) that never overwrites an existing record (a
+   * stalled job taken over); that rare case falls back to read-modify-write. `known` is the record the caller read in this
    * attempt, if any. A delivered record drops its payload (only failed ones can be replayed).
    * Undefined when the record vanished meanwhile (its webhook was deleted).
    */
@@ -152,19 +142,19 @@ export class AttemptLog {
         updated_at: epochSeconds(nowMs),
         replays: 0,
       });
-      const indexKey = this.keys.deliveries(base.user_id, base.listener_id);
-      // Plain commands, not a pipeline: the connection auto-pipelines, so the writes of every
-      // delivery finishing in the same tick share one socket write.
-      const writes: Promise<unknown>[] = [
-        this.redis.set(key, JSON.stringify(fresh), "NX"),
-        this.redis.zadd(indexKey, "NX", eventScore(base.event_id, nowMs), base.id),
-      ];
-      if (this.dueForTrim(indexKey)) {
-        // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
-        writes.push((this.redis as any).tribTrimAttemptLog(indexKey, this.limit, TRIM_SCAN, this.keys.delivery(base.user_id, "")));
-      }
-      const [created] = await Promise.all(writes);
-      if (created === "OK") return fresh;
+      const created = await (
+        this.redis as Redis & { tribCreateDelivery(...args: (string | number)[]): Promise<number> }
+      ).tribCreateDelivery(
+        key,
+        this.keys.deliveries(base.user_id, base.listener_id),
+        JSON.stringify(fresh),
+        eventScore(base.event_id, nowMs),
+        base.id,
+        this.limit,
+        TRIM_SCAN,
+        this.keys.delivery(base.user_id, ""),
+      );
+      if (created === 1) return fresh;
       known = await this.get(base.user_id, base.id);
       if (!known) return undefined;
     }
