@@ -36,7 +36,10 @@ function base(listenerId: string): DeliveryBase {
 const attempt = (d: DeliveryRecord, status: DeliveryRecord["status"]): DeliveryRecord => ({
   ...d,
   status,
-  attempts: [...d.attempts, { attempt: d.attempts.length + 1, at: "2026-01-01T00:00:00.000Z", status_code: 200, duration_ms: 1, error: null }],
+  attempts: [
+    ...d.attempts,
+    { attempt: d.attempts.length + 1, at: "2026-01-01T00:00:00.000Z", status_code: 200, duration_ms: 1, error: null },
+  ],
 });
 
 describe("AttemptLog", () => {
