@@ -69,6 +69,45 @@ const TRIM_SCAN = 200;
 /** What a delivery record is made of before its first attempt (all of it is in the job). */
 export type DeliveryBase = Omit<DeliveryRecord, "status" | "attempts" | "created_at" | "updated_at" | "replays">;
 
+/** What one attempt (or giving up) changes in a delivery record. */
+export interface AttemptChange {
+  readonly status: DeliveryStatus;
+  /** The attempt to append (numbered after the recorded ones); none when only the status changes. */
+  readonly attempt?: Omit<AttemptRecord, "attempt">;
+  /** Leave a delivered record delivered (BullMQ giving up after a late duplicate run). */
+  readonly keepDelivered?: boolean;
+}
+
+/**
+ * The record after `change`, built as one object literal: spreading a record and adding fields
+ * costs several microseconds per delivery in V8, this a fraction. A delivered record drops its
+ * payload (only failed deliveries can be replayed; pending and failed keep it).
+ */
+function applyChange(base: DeliveryBase, prev: DeliveryRecord | undefined, change: AttemptChange, nowS: number): DeliveryRecord {
+  const status = change.keepDelivered && prev?.status === "delivered" ? "delivered" : change.status;
+  const earlier = prev?.attempts ?? [];
+  const a = change.attempt;
+  const attempts = a
+    ? [...earlier, { attempt: earlier.length + 1, at: a.at, status_code: a.status_code, duration_ms: a.duration_ms, error: a.error }]
+    : earlier;
+  return {
+    id: base.id,
+    user_id: base.user_id,
+    listener_id: base.listener_id,
+    listener_kind: base.listener_kind,
+    event_id: base.event_id,
+    emitter_id: base.emitter_id,
+    event_name: base.event_name,
+    status,
+    attempts,
+    created_at: prev?.created_at ?? nowS,
+    updated_at: nowS,
+    payload: status === "delivered" ? "" : base.payload,
+    accepted_at_ms: base.accepted_at_ms,
+    replays: prev?.replays ?? 0,
+  };
+}
+
 /**
  * Creates a delivery record (SET NX) and indexes it (ZADD NX) in one call; returns 0 without
  * writing when the record already exists. Then keeps about the newest `limit` deliveries of the
@@ -118,30 +157,15 @@ export class AttemptLog {
    * Writes the outcome of an attempt. The record is created by its first write (there is no
    * pending record before the first attempt ends: one round trip less per delivery), with one
    * script call (CREATE_LUA: SET NX, index, trim) that never overwrites an existing record (a
-   * stalled job taken over); that rare case falls back to read-modify-write. `known` is the record the caller read in this
-   * attempt, if any. A delivered record drops its payload (only failed ones can be replayed).
-   * Undefined when the record vanished meanwhile (its webhook was deleted).
+   * stalled job taken over); that rare case falls back to read-modify-write. `known` is the
+   * record the caller read in this attempt, if any. Undefined when the record vanished meanwhile
+   * (its webhook was deleted).
    */
-  async upsert(
-    base: DeliveryBase,
-    change: (d: DeliveryRecord) => DeliveryRecord,
-    known?: DeliveryRecord,
-  ): Promise<DeliveryRecord | undefined> {
+  async upsert(base: DeliveryBase, change: AttemptChange, known?: DeliveryRecord): Promise<DeliveryRecord | undefined> {
     const nowMs = this.now();
-    const finish = (d: DeliveryRecord): DeliveryRecord => {
-      const next = { ...change(d), updated_at: epochSeconds(nowMs) };
-      return next.status === "delivered" ? { ...next, payload: "" } : next;
-    };
     const key = this.keys.delivery(base.user_id, base.id);
     if (!known) {
-      const fresh = finish({
-        ...base,
-        status: "pending",
-        attempts: [],
-        created_at: epochSeconds(nowMs),
-        updated_at: epochSeconds(nowMs),
-        replays: 0,
-      });
+      const fresh = applyChange(base, undefined, change, epochSeconds(nowMs));
       const created = await (
         this.redis as Redis & { tribCreateDelivery(...args: (string | number)[]): Promise<number> }
       ).tribCreateDelivery(
@@ -158,7 +182,7 @@ export class AttemptLog {
       known = await this.get(base.user_id, base.id);
       if (!known) return undefined;
     }
-    const next = finish(known);
+    const next = applyChange(known, known, change, epochSeconds(nowMs));
     const ok = await this.redis.set(key, JSON.stringify(next), "XX");
     return ok ? next : undefined;
   }

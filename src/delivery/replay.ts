@@ -30,7 +30,7 @@ export async function replayDelivery(
     acceptedAtMs: record.accepted_at_ms,
   };
   try {
-    await queue.add(record.listener_kind, data, { jobId: `${deliveryId}-r${updated?.replays ?? 1}`, ...deliveryJobOpts(attempts) });
+    await queue.add(record.listener_kind, data, deliveryJobOpts(attempts, `${deliveryId}-r${updated?.replays ?? 1}`));
   } catch (err) {
     // Not queued: put the record back so a later retry is possible.
     await log.update(userId, deliveryId, (d) => ({ ...d, status: "failed" })).catch(() => {});

@@ -156,9 +156,11 @@ function describe(err: unknown): string {
   return message.slice(0, 500);
 }
 
-function withContentType(headers: Readonly<Record<string, string>>): Record<string, string> {
+/** The headers as given (undici does not change them) when they name a content type. */
+function withContentType(headers: Readonly<Record<string, string>>): Readonly<Record<string, string>> {
+  if (headers["content-type"] !== undefined) return headers;
   const hasContentType = Object.keys(headers).some((name) => name.toLowerCase() === "content-type");
-  return hasContentType ? { ...headers } : { ...headers, "content-type": "application/json" };
+  return hasContentType ? headers : { ...headers, "content-type": "application/json" };
 }
 
 function headerValue(value: IncomingHttpHeaders[string]): string | undefined {

@@ -1,13 +1,13 @@
 import { type Job, Worker, type ConnectionOptions } from "bullmq";
 import { classifyAttempt, type Outcome } from "../domain/delivery-outcome.js";
-import { webhookSignatureHeaders } from "../domain/signing.js";
+import { signPayload } from "../domain/signing.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import { deliveryJob, type DeliveryJob, QUEUES } from "../queue/catalog.js";
 import { WORKER_RECOVERY } from "../queue/worker-options.js";
 import type { WebhookRecord, WebhookStore } from "../store/webhooks.js";
 import type { WorkflowStore } from "../store/workflows.js";
-import type { AttemptLog, AttemptRecord, DeliveryBase, DeliveryRecord } from "./attempt-log.js";
+import type { AttemptLog, DeliveryBase, DeliveryRecord } from "./attempt-log.js";
 import type { Sender, SendResult } from "./sender.js";
 
 /** Thrown to ask BullMQ for another attempt after `delayMs` (read by the backoff strategy). */
@@ -86,7 +86,7 @@ export class DeliveryWorker {
       const parsed = deliveryJob.safeParse(job.data);
       if (!parsed.success) return;
       void this.d.attemptLog
-        .upsert(baseOf(parsed.data), (rec) => (rec.status === "delivered" ? rec : { ...rec, status: "failed" }))
+        .upsert(baseOf(parsed.data), { status: "failed", keepDelivered: true })
         .catch((e) => d.logger.warn({ err: e }, "could not mark a given-up delivery failed"));
     });
   }
@@ -133,20 +133,10 @@ export class DeliveryWorker {
       if (target.skip.endsWith("was deleted")) return;
       await this.d.attemptLog.upsert(
         baseOf(data),
-        (d) => ({
-          ...d,
+        {
           status: "failed",
-          attempts: [
-            ...d.attempts,
-            {
-              attempt: d.attempts.length + 1,
-              at: new Date(this.now()).toISOString(),
-              status_code: null,
-              duration_ms: 0,
-              error: target.skip,
-            },
-          ],
-        }),
+          attempt: { at: new Date(this.now()).toISOString(), status_code: null, duration_ms: 0, error: target.skip },
+        },
         record,
       );
       return;
@@ -156,6 +146,8 @@ export class DeliveryWorker {
     const attempt = job.attemptsMade + 1;
     const logged = record ? record.attempts.length + 1 : attempt;
     const nowMs = this.now();
+    const timestamp = Math.floor(nowMs / 1000);
+    // One literal (no spreads or Object.assign): this runs once per attempt.
     const headers: Record<string, string> = {
       "content-type": "application/json",
       "user-agent": "Tributary-Webhooks/1",
@@ -164,10 +156,11 @@ export class DeliveryWorker {
       "x-tributary-event-name": data.channel === "" ? "default" : data.channel,
       "x-tributary-attempt": String(logged),
       "x-tributary-delivery-id": data.deliveryId,
+      "webhook-id": data.deliveryId,
+      "webhook-timestamp": String(timestamp),
     };
-    const timestamp = Math.floor(nowMs / 1000);
-    if (target.secret) Object.assign(headers, webhookSignatureHeaders(target.secret, data.deliveryId, timestamp, data.payload));
-    else Object.assign(headers, { "webhook-id": data.deliveryId, "webhook-timestamp": String(timestamp) });
+    // Workflow deliveries are not signed (a workflow has no signing secret).
+    if (target.secret) headers["webhook-signature"] = signPayload(target.secret, data.deliveryId, timestamp, data.payload);
 
     const result = await this.d.sender.send({ url: target.url, body: data.payload, headers });
     this.d.metrics.deliveryAttemptDuration.observe({ listener_kind: kind }, result.durationMs / 1000);
@@ -194,15 +187,14 @@ export class DeliveryWorker {
     const status = outcome.kind === "delivered" ? "delivered" : outcome.kind === "retry" ? "pending" : "failed";
     await this.d.attemptLog.upsert(
       baseOf(data),
-      (d) => {
-        const entry: AttemptRecord = {
-          attempt: d.attempts.length + 1,
+      {
+        status,
+        attempt: {
           at: new Date(startedMs).toISOString(),
           status_code: "statusCode" in result ? result.statusCode : null,
           duration_ms: Math.round(result.durationMs),
           error: "error" in result ? result.error : outcome.kind === "delivered" ? null : outcome.reason,
-        };
-        return { ...d, status, attempts: [...d.attempts, entry] };
+        },
       },
       known,
     );

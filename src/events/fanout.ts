@@ -244,7 +244,7 @@ export class FanoutWorker {
         deliveries.map((data) => ({
           name: data.listenerKind,
           data,
-          opts: { jobId: data.deliveryId, ...deliveryJobOpts(this.d.deliveryJobOptions.attempts) },
+          opts: deliveryJobOpts(this.d.deliveryJobOptions.attempts, data.deliveryId),
         })),
       );
     }
@@ -268,15 +268,20 @@ export class FanoutWorker {
   }
 }
 
-export function deliveryJobOpts(attempts: number) {
+/** BullMQ options of a delivery job (one literal: this runs once per delivery). */
+export function deliveryJobOpts(attempts: number, jobId: string) {
   return {
+    jobId,
     attempts,
-    backoff: { type: "tributary" },
+    backoff: DELIVERY_BACKOFF,
     // Completed ids linger a while so a redone fan-out finds them and adds nothing twice.
-    removeOnComplete: { age: 600, count: 50_000 },
-    removeOnFail: { age: 7 * 24 * 3600, count: 50_000 },
+    removeOnComplete: DELIVERY_REMOVE_ON_COMPLETE,
+    removeOnFail: DELIVERY_REMOVE_ON_FAIL,
   };
 }
+const DELIVERY_BACKOFF = { type: "tributary" } as const;
+const DELIVERY_REMOVE_ON_COMPLETE = { age: 600, count: 50_000 } as const;
+const DELIVERY_REMOVE_ON_FAIL = { age: 7 * 24 * 3600, count: 50_000 } as const;
 
 export const SOURCE_RUN_JOB_OPTS = {
   attempts: 1,

@@ -1,6 +1,6 @@
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AttemptLog, type DeliveryBase, type DeliveryRecord } from "../../../src/delivery/attempt-log.js";
+import { type AttemptChange, AttemptLog, type DeliveryBase, type DeliveryStatus } from "../../../src/delivery/attempt-log.js";
 import { createKeys } from "../../../src/store/keys.js";
 import { connectRedis, dropPrefix, testPrefix } from "../../helpers/redis.js";
 
@@ -33,23 +33,19 @@ function base(listenerId: string): DeliveryBase {
   };
 }
 
-const attempt = (d: DeliveryRecord, status: DeliveryRecord["status"]): DeliveryRecord => ({
-  ...d,
+const attempt = (status: DeliveryStatus): AttemptChange => ({
   status,
-  attempts: [
-    ...d.attempts,
-    { attempt: d.attempts.length + 1, at: "2026-01-01T00:00:00.000Z", status_code: 200, duration_ms: 1, error: null },
-  ],
+  attempt: { at: "2026-01-01T00:00:00.000Z", status_code: status === "delivered" ? 200 : 500, duration_ms: 1, error: null },
 });
 
 describe("AttemptLog", () => {
   it("creates the record on the first write, appends on later ones, and never overwrites a record it did not read", async () => {
     const log = new AttemptLog(redis, keys, 100, Date.now);
     const b = base("wh_one");
-    const first = await log.upsert(b, (d) => attempt(d, "pending"));
+    const first = await log.upsert(b, attempt("pending"));
     expect(first).toMatchObject({ id: b.id, status: "pending", attempts: [{ attempt: 1 }], payload: b.payload });
     // A second runner that did not read the record (a stalled job taken over) appends to it.
-    const second = await log.upsert(b, (d) => attempt(d, "delivered"));
+    const second = await log.upsert(b, attempt("delivered"));
     expect(second?.attempts.map((a) => a.attempt)).toEqual([1, 2]);
     const stored = await log.get("u_log", b.id);
     expect(stored).toMatchObject({ status: "delivered", attempts: [{ attempt: 1 }, { attempt: 2 }] });
@@ -57,22 +53,42 @@ describe("AttemptLog", () => {
     expect(await redis.zcard(keys.deliveries("u_log", "wh_one"))).toBe(1);
   });
 
+  it("marks a given-up delivery failed, unless a late run delivered it", async () => {
+    const log = new AttemptLog(redis, keys, 100, Date.now);
+    const given = base("wh_given");
+    await log.upsert(given, attempt("pending"));
+    expect(await log.upsert(given, { status: "failed", keepDelivered: true })).toMatchObject({
+      status: "failed",
+      attempts: [{ attempt: 1 }],
+    });
+    const done = base("wh_given");
+    await log.upsert(done, attempt("delivered"));
+    expect(await log.upsert(done, { status: "failed", keepDelivered: true })).toMatchObject({ status: "delivered" });
+    // Never attempted (BullMQ gave up before the first attempt ended): created failed, no attempts.
+    const never = base("wh_given");
+    expect(await log.upsert(never, { status: "failed", keepDelivered: true })).toMatchObject({
+      status: "failed",
+      attempts: [],
+      payload: never.payload,
+    });
+  });
+
   it("keeps a failed delivery's payload for replay", async () => {
     const log = new AttemptLog(redis, keys, 100, Date.now);
     const b = base("wh_failed");
-    await log.upsert(b, (d) => attempt(d, "failed"));
+    await log.upsert(b, attempt("failed"));
     expect((await log.get("u_log", b.id))?.payload).toBe(b.payload);
   });
 
   it("keeps the newest `limit` finished deliveries per listener, but never a pending one", async () => {
     const log = new AttemptLog(redis, keys, 3, Date.now);
     const pending = base("wh_trim");
-    await log.upsert(pending, (d) => attempt(d, "pending")); // the oldest, still waiting for a retry
+    await log.upsert(pending, attempt("pending")); // the oldest, still waiting for a retry
     const finished: string[] = [];
     for (let i = 0; i < 6; i++) {
       const b = base("wh_trim");
       finished.push(b.id);
-      await log.upsert(b, (d) => attempt(d, "delivered"));
+      await log.upsert(b, attempt("delivered"));
     }
     const ids = await redis.zrange(keys.deliveries("u_log", "wh_trim"), 0, -1);
     expect(ids).toContain(pending.id);
