@@ -111,31 +111,37 @@ function applyChange(base: DeliveryBase, prev: DeliveryRecord | undefined, chang
 /**
  * Creates a delivery record (SET NX) and indexes it (ZADD NX) in one call; returns 0 without
  * writing when the record already exists. Then keeps about the newest `limit` deliveries of the
- * listener: only finished (delivered or failed) records go, a pending one (waiting for a retry)
- * is still needed by its job (dedupe check, attempts, replay), so many retrying deliveries can
- * hold the log above the limit. At most TRIM_SCAN of the oldest are looked at per call, and in
- * the steady state each new record retires about one old one. Runs inside Redis so old records
- * never travel to the worker just to read their status.
+ * listener: once the index holds `slack` more than `limit`, the oldest excess (at most TRIM_SCAN)
+ * are read with one MGET and the finished (delivered or failed) ones go with one ZREM and one
+ * DEL, so trimming costs a few commands per `slack` deliveries rather than per delivery. A
+ * pending record (waiting for a retry) is still needed by its job (dedupe check, attempts,
+ * replay) and stays, so many retrying deliveries can hold the log above the limit. Runs inside
+ * Redis so old records never travel to the worker just to read their status.
  *
  * KEYS[1] the record, KEYS[2] the listener's index zset (same hash tag); ARGV[1] record JSON,
- * ARGV[2] score, ARGV[3] delivery id, ARGV[4] limit, ARGV[5] scan size, ARGV[6] the record key
- * prefix. A record is pending when its JSON holds `"status":"pending"` with bare quotes: string
- * values escape every quote, so only the top-level key can match.
+ * ARGV[2] score, ARGV[3] delivery id, ARGV[4] limit, ARGV[5] slack, ARGV[6] scan size, ARGV[7]
+ * the record key prefix. A record is pending when its JSON holds `"status":"pending"` with bare
+ * quotes: string values escape every quote, so only the top-level key can match.
  */
 const CREATE_LUA = `
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
 redis.call('ZADD', KEYS[2], 'NX', ARGV[2], ARGV[3])
 local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
-if excess <= 0 then return 1 end
-local oldest = redis.call('ZRANGE', KEYS[2], 0, math.min(excess, tonumber(ARGV[5])) - 1)
-for _, id in ipairs(oldest) do
-  local k = ARGV[6] .. id
-  local raw = redis.call('GET', k)
+if excess < tonumber(ARGV[5]) then return 1 end
+local oldest = redis.call('ZRANGE', KEYS[2], 0, math.min(excess, tonumber(ARGV[6])) - 1)
+local recordKeys = {}
+for i, id in ipairs(oldest) do recordKeys[i] = ARGV[7] .. id end
+local raws = redis.call('MGET', unpack(recordKeys))
+local ids, dels = {}, {}
+for i, id in ipairs(oldest) do
+  local raw = raws[i]
   if not raw or not string.find(raw, '"status":"pending"', 1, true) then
-    redis.call('ZREM', KEYS[2], id)
-    if raw then redis.call('DEL', k) end
+    ids[#ids + 1] = id
+    if raw then dels[#dels + 1] = recordKeys[i] end
   end
 end
+if #ids > 0 then redis.call('ZREM', KEYS[2], unpack(ids)) end
+if #dels > 0 then redis.call('DEL', unpack(dels)) end
 return 1
 `;
 
@@ -175,6 +181,7 @@ export class AttemptLog {
         eventScore(base.event_id, nowMs),
         base.id,
         this.limit,
+        Math.ceil(this.limit / 20),
         TRIM_SCAN,
         this.keys.delivery(base.user_id, ""),
       );

@@ -98,4 +98,13 @@ describe("AttemptLog", () => {
     const page = await log.list("u_log", "wh_trim", { limit: 10 });
     expect(page.data.map((d) => d.id)).toEqual([...finished.slice(-3)].reverse().concat(pending.id));
   });
+
+  it("trims in batches: it lets the log run limit/20 over, then cuts it back to the limit", async () => {
+    const log = new AttemptLog(redis, keys, 40, Date.now); // slack 2
+    const count = () => redis.zcard(keys.deliveries("u_log", "wh_batch"));
+    for (let i = 0; i < 41; i++) await log.upsert(base("wh_batch"), attempt("delivered"));
+    expect(await count()).toBe(41);
+    await log.upsert(base("wh_batch"), attempt("delivered"));
+    expect(await count()).toBe(40);
+  });
 });
