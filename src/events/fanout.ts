@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { hash } from "node:crypto";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { Logger } from "../observability/logger.js";
@@ -12,7 +12,7 @@ export const FANOUT_GROUP = "fanout";
 
 /** Deterministic id of the delivery of one event to one listener: a redone fan-out yields the same id. */
 export function deliveryIdFor(e: Pick<OutboxEntry, "userId" | "emitterId" | "channel" | "eventId">, listenerId: string): string {
-  const h = createHash("sha256").update(`${e.userId}|${e.emitterId}|${e.channel}|${e.eventId}|${listenerId}`).digest("hex");
+  const h = hash("sha256", `${e.userId}|${e.emitterId}|${e.channel}|${e.eventId}|${listenerId}`, "hex");
   return `d_${h.slice(0, 24)}`;
 }
 

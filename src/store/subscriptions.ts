@@ -1,3 +1,4 @@
+import type { Redis } from "ioredis";
 import { newId } from "../domain/ids.js";
 import { normalizeChannel } from "./keys.js";
 import { parseStored, type StoreContext } from "./context.js";
@@ -37,7 +38,11 @@ const tripleKey = (emitter: string, listener: string, eventName: string) => `${e
  * them so fan-out never scans every subscription.
  */
 export class SubscriptionStore {
-  constructor(private readonly ctx: StoreContext) {}
+  constructor(private readonly ctx: StoreContext) {
+    // Defined up front, never lazily: an auto-pipeline already open in the same tick would lack
+    // the command (ioredis copies custom commands into a pipeline when it is created).
+    if (!("tribMatchSubs" in ctx.redis)) ctx.redis.defineCommand("tribMatchSubs", { lua: MATCH_LUA });
+  }
 
   /** Creates the subscription, or returns the existing one with the same triple. */
   async create(userId: string, emitterId: string, listenerId: string, eventName: string): Promise<SubscriptionRecord> {
@@ -122,28 +127,26 @@ export class SubscriptionStore {
   }
 
   /**
-   * `matching` for many (user, emitter, channel) lookups at once: every lookup is one script call
-   * and all of them share one pipeline, so a fan-out batch pays a single round trip.
+   * `matching` for many (user, emitter, channel) lookups at once: every lookup is one script call,
+   * issued together on the auto-pipelined connection, so a fan-out batch pays a single round trip
+   * (plain calls: an explicit ioredis pipeline costs more to build than it saves here).
    */
   async matchingMany(lookups: readonly { userId: string; emitterId: string; channel: string }[]): Promise<SubscriptionRecord[][]> {
     if (lookups.length === 0) return [];
     const { redis, keys } = this.ctx;
-    if (!("tribMatchSubs" in redis)) redis.defineCommand("tribMatchSubs", { lua: MATCH_LUA });
-    const pipe = redis.pipeline();
-    for (const { userId, emitterId, channel } of lookups) {
-      const glob = emitterId.startsWith("dc_") ? "dc_*" : emitterId.startsWith("p_") ? "p_*" : undefined;
-      const args = [keys.subscriptionIndex(userId, emitterId, channel)];
-      if (glob) args.push(keys.subscriptionIndex(userId, glob, channel));
-      // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
-      (pipe as any).tribMatchSubs(args.length + 1, keys.subscriptions(userId), ...args);
-    }
-    const res = (await pipe.exec()) ?? [];
-    return res.map(([err, raws]) => {
-      if (err) throw err;
-      return ((raws as (string | null)[] | null) ?? [])
-        .map((r) => parseStored<SubscriptionRecord>(r))
-        .filter((s): s is SubscriptionRecord => s !== undefined);
-    });
+    const match = (redis as Redis & { tribMatchSubs(...args: (string | number)[]): Promise<(string | null)[] | null> }).tribMatchSubs;
+    const replies = await Promise.all(
+      lookups.map(({ userId, emitterId, channel }) => {
+        const glob = emitterId.startsWith("dc_") ? "dc_*" : emitterId.startsWith("p_") ? "p_*" : undefined;
+        const exact = keys.subscriptionIndex(userId, emitterId, channel);
+        return glob
+          ? match.call(redis, 3, keys.subscriptions(userId), exact, keys.subscriptionIndex(userId, glob, channel))
+          : match.call(redis, 2, keys.subscriptions(userId), exact);
+      }),
+    );
+    return replies.map((raws) =>
+      (raws ?? []).map((r) => parseStored<SubscriptionRecord>(r)).filter((s): s is SubscriptionRecord => s !== undefined),
+    );
   }
 
   async createAuto(userId: string, listenerId: string, eventName: string): Promise<AutoSubscriptionRecord> {

@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { hash } from "node:crypto";
 import { newId, randomBase62 } from "../domain/ids.js";
 import { ConflictError, NotFoundError } from "../domain/errors.js";
 import { epochSeconds, type StoreContext } from "./context.js";
@@ -17,7 +17,8 @@ export interface UserRecord {
   api_key_last4: string;
 }
 
-const hashKey = (key: string): string => createHash("sha256").update(key).digest("hex");
+/** One-shot `crypto.hash` (Node 20.12+): about twice as fast as `createHash` for one short string. */
+const hashKey = (key: string): string => hash("sha256", key, "hex");
 
 /** Users and their API keys. Keys are stored hashed; lookups go through the hash. */
 export class UserStore {
