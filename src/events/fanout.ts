@@ -239,7 +239,11 @@ export class FanoutWorker {
         if (kind) metrics.fanoutJobs.inc({ listener_kind: kind });
       }
     }
-    if (deliveries.length > 0) {
+    if (deliveries.length === 1) {
+      // One job: a single script call (addBulk wraps even one job in a MULTI pipeline).
+      const data = deliveries[0] as DeliveryJob;
+      await this.d.deliveryQueue.add(data.listenerKind, data, deliveryJobOpts(this.d.deliveryJobOptions.attempts, data.deliveryId));
+    } else if (deliveries.length > 1) {
       await this.d.deliveryQueue.addBulk(
         deliveries.map((data) => ({
           name: data.listenerKind,
