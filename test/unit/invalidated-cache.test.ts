@@ -18,7 +18,11 @@ function deferred(value: string) {
   const gate = new Promise<void>((r) => {
     release = r;
   });
-  return { load: async () => (await gate, value), release };
+  const load = async () => {
+    await gate;
+    return value;
+  };
+  return { load, release };
 }
 
 describe("InvalidatedCache", () => {
