@@ -235,7 +235,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     ...rows.map((row) => `| ${row.join(" | ")} |`),
     "",
     `Settings: closed-loop ingest with autocannon, ${S.connections} connections, ${S.durationS} s (after a ${S.warmupS} s warm-up for single and Koa); ` +
-      "ingest CPU and Redis costs include the fan-out of the ingested events (no subscribers). " +
+      "ingest CPU and Redis costs include whatever fan-out the ingested events cause (their emitter has no subscribers, so the record script writes no outbox entry). " +
       `Tributary ran as ${r.split ? "two processes (ROLES=api and ROLES=worker,scheduler)" : "one daemon process with every role"}. ` +
       `Backlog of ${fmt(S.backlog)} events pre-loaded through an API-only daemon, then drained by the daemon (DELIVERY_CONCURRENCY ${S.deliveryConcurrency}); ` +
       `the BullMQ baseline adds the same number of jobs, then starts a Worker (concurrency ${S.deliveryConcurrency}); rate = deliveries between the first and last arrival. ` +

@@ -44,3 +44,8 @@ export function isWorkflowId(id: unknown): id is string {
 export function isEventId(id: unknown): id is string {
   return typeof id === "string" && /^\d{1,16}-\d{1,16}$/.test(id);
 }
+
+/** The glob subscription pattern an emitter id falls under (`dc_*`, `p_*`), if any. */
+export function emitterGlob(emitterId: string): string | undefined {
+  return emitterId.startsWith("dc_") ? "dc_*" : emitterId.startsWith("p_") ? "p_*" : undefined;
+}

@@ -3,21 +3,30 @@
  * emitter's summary stream, trimmed to exactly the latest 100, and to the outbox that fan-out
  * workers read. Once this returns, the caller may acknowledge; a crash afterwards loses nothing.
  *
- * KEYS[1] summary stream, KEYS[2] outbox stream, KEYS[3] set of the emitter's channels,
- * optional KEYS[4] a key that must exist (the workflow record): when it is missing nothing is
- * written and the script returns nil, so the caller registers the workflow first (one round trip
- * per emit instead of a registration transaction plus the script).
+ * An event nobody listens to does not go to the outbox: when neither of the subscription index
+ * sets that fan-out would look up (exact emitter and its glob, on this channel) exists, only the
+ * summary is written. This is the same decision fan-out would take, made atomically with the
+ * record, so a subscription created after the script ran applies from the next event on.
+ *
+ * KEYS[1] summary stream, KEYS[2] outbox stream, KEYS[3] set of the emitter's channels, KEYS[4]
+ * and KEYS[5] the exact and glob subscription index sets (the same key twice when the emitter has
+ * no glob), optional KEYS[6] a key that must exist (the workflow record): when it is missing
+ * nothing is written and the script returns nil, so the caller registers the workflow first (one
+ * round trip per emit instead of a registration transaction plus the script).
  * ARGV[1] user id, ARGV[2] emitter id, ARGV[3] channel, ARGV[4] accepted-at ms, ARGV[5] hops,
  * ARGV[6] emitter kind, then pairs (summary record JSON, payload JSON) per event.
  * Returns the event ids in order.
  */
 export const RECORD_EVENTS_LUA = `
-if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 0 then return false end
+if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 0 then return false end
+local listened = redis.call('EXISTS', KEYS[4], KEYS[5]) > 0
 local ids = {}
 redis.call('SADD', KEYS[3], ARGV[3])
 for i = 7, #ARGV, 2 do
   local id = redis.call('XADD', KEYS[1], 'MAXLEN', '=', 100, '*', 'r', ARGV[i])
-  redis.call('XADD', KEYS[2], '*', 'u', ARGV[1], 'e', ARGV[2], 'c', ARGV[3], 'i', id, 't', ARGV[4], 'h', ARGV[5], 'k', ARGV[6], 'p', ARGV[i + 1])
+  if listened then
+    redis.call('XADD', KEYS[2], '*', 'u', ARGV[1], 'e', ARGV[2], 'c', ARGV[3], 'i', id, 't', ARGV[4], 'h', ARGV[5], 'k', ARGV[6], 'p', ARGV[i + 1])
+  end
   ids[#ids + 1] = id
 end
 return ids

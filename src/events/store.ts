@@ -1,6 +1,6 @@
 import type { Redis } from "ioredis";
 import { ValidationError } from "../domain/errors.js";
-import { isEventId } from "../domain/ids.js";
+import { emitterGlob, isEventId } from "../domain/ids.js";
 import { pageInfo, type PageInfo } from "../domain/pagination.js";
 import type { Keys } from "../store/keys.js";
 import { normalizeChannel } from "../store/keys.js";
@@ -80,7 +80,7 @@ export class EventStore {
     private readonly redis: Redis,
     private readonly keys: Keys,
   ) {
-    // Defined without a fixed key count: the caller passes 3 keys, or 4 with the guard key.
+    // Defined without a fixed key count: the caller passes 5 keys, or 6 with the guard key.
     if (!("tribRecordEvents" in redis)) redis.defineCommand("tribRecordEvents", { lua: RECORD_EVENTS_LUA });
   }
 
@@ -103,10 +103,14 @@ export class EventStore {
       // (same bytes as JSON.stringify({p, x, m, w?})).
       args.push(`{"p":${payload},"x":${JSON.stringify(e.emitId)},"m":${JSON.stringify(e.meta)}${wrap}}`, payload);
     }
+    const exactIndex = this.keys.subscriptionIndex(input.userId, input.emitterId, channel);
+    const glob = emitterGlob(input.emitterId);
     const keys = [
       this.keys.events(input.userId, input.emitterId, channel),
       this.keys.outbox(),
       this.keys.eventChannels(input.userId, input.emitterId),
+      exactIndex,
+      glob ? this.keys.subscriptionIndex(input.userId, glob, channel) : exactIndex,
     ];
     if (guardKey !== undefined) keys.push(guardKey);
     // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.

@@ -1,5 +1,5 @@
 import type { Redis } from "ioredis";
-import { newId } from "../domain/ids.js";
+import { emitterGlob, newId } from "../domain/ids.js";
 import { normalizeChannel } from "./keys.js";
 import { parseStored, type StoreContext } from "./context.js";
 
@@ -137,7 +137,7 @@ export class SubscriptionStore {
     const match = (redis as Redis & { tribMatchSubs(...args: (string | number)[]): Promise<(string | null)[] | null> }).tribMatchSubs;
     const replies = await Promise.all(
       lookups.map(({ userId, emitterId, channel }) => {
-        const glob = emitterId.startsWith("dc_") ? "dc_*" : emitterId.startsWith("p_") ? "p_*" : undefined;
+        const glob = emitterGlob(emitterId);
         const exact = keys.subscriptionIndex(userId, emitterId, channel);
         return glob
           ? match.call(redis, 3, keys.subscriptions(userId), exact, keys.subscriptionIndex(userId, glob, channel))

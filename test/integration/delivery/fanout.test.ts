@@ -210,6 +210,47 @@ describe("fan-out redo", () => {
   });
 });
 
+describe("record without listeners", () => {
+  it("writes the summary but no outbox entry for an emitter nobody subscribes to, on any channel", async () => {
+    const userId = newUserId();
+    const channelOf = async (emitterId: string, channel: string) =>
+      w.events.record({
+        userId,
+        emitterId,
+        emitterKind: "workflow",
+        channel,
+        events: [{ payload: { channel }, meta: {}, emitId: "emit_x" }],
+        acceptedAtMs: Date.now(),
+      });
+    await channelOf("p_quiet", "");
+    expect(await w.redis.xlen(w.keys.outbox())).toBe(0);
+    expect(await w.redis.xlen(w.keys.events(userId, "p_quiet", ""))).toBe(1);
+
+    // An exact subscription on another channel does not count; one on this channel does.
+    await w.subscriptions.create(userId, "p_quiet", "wh_listener0001", "other");
+    await channelOf("p_quiet", "");
+    expect(await w.redis.xlen(w.keys.outbox())).toBe(0);
+    await channelOf("p_quiet", "other");
+    expect(await w.redis.xlen(w.keys.outbox())).toBe(1);
+
+    // A glob subscription covers every emitter of its kind ("default" and "" are one channel)...
+    await w.subscriptions.create(userId, "p_*", "wh_listener0001", "default");
+    await channelOf("p_another", "");
+    expect(await w.redis.xlen(w.keys.outbox())).toBe(2);
+    // ...but not the other kind, nor another user.
+    await channelOf("dc_source000001", "");
+    await w.events.record({
+      userId: newUserId(),
+      emitterId: "p_quiet",
+      emitterKind: "workflow",
+      channel: "",
+      events: [{ payload: {}, meta: {}, emitId: "emit_y" }],
+      acceptedAtMs: Date.now(),
+    });
+    expect(await w.redis.xlen(w.keys.outbox())).toBe(2);
+  });
+});
+
 describe("fan-out takeover", () => {
   it("takes over entries a dead consumer read but never acknowledged, once they are idle", async () => {
     const userId = newUserId();
