@@ -20,9 +20,16 @@ export function pageRequest(ctx: Context): PageRequest {
   return parsePageRequest(params(ctx));
 }
 
+/** include/exclude, body over query like `params`, without copying every parameter. */
 function filterOf(ctx: Context) {
-  const p = params(ctx);
-  return parseFieldFilter(p.include, p.exclude);
+  const body = (ctx.request as { body?: unknown }).body;
+  const fromBody = body && typeof body === "object" && !Array.isArray(body) ? (body as Record<string, unknown>) : undefined;
+  const pick = (k: string): unknown => {
+    if (fromBody && Object.hasOwn(fromBody, k)) return fromBody[k];
+    const v = ctx.query[k];
+    return Array.isArray(v) ? v[0] : v;
+  };
+  return parseFieldFilter(pick("include"), pick("exclude"));
 }
 
 /** `{data: object}` with include/exclude applied to the object's top-level keys. */

@@ -11,6 +11,18 @@ function hasBody(ctx: Context): boolean {
 }
 
 /**
+ * The common spellings of a JSON content type (`application/json`, `...+json`, with or without
+ * parameters), recognised without type-is, which costs several microseconds per request. Anything
+ * else is left to `ctx.is`, so this can only say yes where type-is would.
+ */
+export function isPlainJsonType(header: string): boolean {
+  const semi = header.indexOf(";");
+  const type = (semi === -1 ? header : header.slice(0, semi)).trim().toLowerCase();
+  return type === "application/json" || PLUS_JSON.test(type);
+}
+const PLUS_JSON = /^application\/[a-z0-9][a-z0-9!#$&^_.-]{0,100}\+json$/;
+
+/**
  * JSON bodies for the management API: a body that is not JSON is a 415, malformed JSON a 400,
  * and a body over the limit a 413 (the error middleware maps co-body's errors).
  */
@@ -18,7 +30,7 @@ export function jsonBody(limitBytes: number) {
   const parse = bodyParser({ enableTypes: ["json"], jsonLimit: limitBytes, jsonStrict: true, encoding: "utf-8" });
   return async function json(ctx: Context, next: Next): Promise<void> {
     if ((ctx.method === "POST" || ctx.method === "PUT" || ctx.method === "PATCH") && hasBody(ctx)) {
-      if (!ctx.is("application/json", "+json")) {
+      if (!isPlainJsonType(ctx.get("content-type")) && !ctx.is("application/json", "+json")) {
         throw new UnsupportedMediaTypeError(
           `Content-Type must be application/json (got ${ctx.get("content-type").slice(0, 100) || "none"})`,
         );
