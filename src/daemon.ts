@@ -202,10 +202,9 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     const subscriber = new Redis(opts.redisUrl, patient);
     subscriber.on("error", () => {});
     const authCache = new AuthCache(userStore, { subscriber, channel: keys.apiKeyRevocations(), logger });
-    await authCache.start();
-    closers.push(async () => {
-      await subscriber.quit().catch(() => {});
-    });
+    // Not awaited: until the subscription is live, keys are read from Redis.
+    void authCache.start();
+    closers.push(() => authCache.stop());
     const app = createApp({
       authenticator: authCache,
       logger,

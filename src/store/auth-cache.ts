@@ -26,6 +26,7 @@ export interface AuthCacheOptions {
 export class AuthCache {
   private readonly cache: InvalidatedCache<string>;
   private live = false;
+  private stopping = false;
 
   constructor(
     private readonly users: UserStore,
@@ -38,7 +39,10 @@ export class AuthCache {
     });
   }
 
-  /** Subscribes; resolves once the cache is in use. Resubscribes after every reconnect. */
+  /**
+   * Subscribes; resolves once the cache is in use (lookups go to Redis until then, so a caller
+   * need not wait). Resubscribes after every reconnect.
+   */
   async start(): Promise<void> {
     const { subscriber, channel, logger } = this.opts;
     // This process's own rotations and deletions invalidate at once, before their caller resumes.
@@ -47,7 +51,7 @@ export class AuthCache {
       if (ch === channel) this.cache.invalidate(digest);
     });
     const down = () => {
-      if (this.live) logger.warn("auth cache: invalidation channel lost; reading keys from Redis until it is back");
+      if (this.live && !this.stopping) logger.warn("auth cache: invalidation channel lost; reading keys from Redis until it is back");
       this.live = false;
       this.cache.clear();
     };
@@ -75,5 +79,13 @@ export class AuthCache {
 
   isLive(): boolean {
     return this.live;
+  }
+
+  /** Stops using the cache and closes the subscriber connection. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.live = false;
+    this.cache.clear();
+    await this.opts.subscriber.quit().catch(() => {});
   }
 }

@@ -98,6 +98,17 @@ describe("AuthCache", () => {
     expect(await a.cache.authenticate(apiKey)).toBe(user.id); // cached again
   });
 
+  it("reads Redis again once stopped", async () => {
+    const a = process_();
+    await a.cache.start();
+    const { user, apiKey } = await newUser(a.store);
+    expect(await a.cache.authenticate(apiKey)).toBe(user.id);
+    await a.cache.stop();
+    expect(a.cache.isLive()).toBe(false);
+    await redis.hdel(keys.apiKeys(), a.store.digestOf(apiKey) as string);
+    expect(await a.cache.authenticate(apiKey)).toBeUndefined();
+  });
+
   it("refuses strings that cannot be keys without a lookup", async () => {
     const a = process_();
     await a.cache.start();
