@@ -118,12 +118,17 @@ function applyChange(base: DeliveryBase, prev: DeliveryRecord | undefined, chang
  * replay) and stays, so many retrying deliveries can hold the log above the limit. Runs inside
  * Redis so old records never travel to the worker just to read their status.
  *
- * KEYS[1] the record, KEYS[2] the listener's index zset (same hash tag); ARGV[1] record JSON,
+ * Returns -1 without writing when the listener's own record (KEYS[3]) is gone: deleting a webhook
+ * deletes its attempt log, and an attempt that was in flight must not start a new one.
+ *
+ * KEYS[1] the record, KEYS[2] the listener's index zset, KEYS[3] the listener's record (webhook or
+ * workflow), all under the user's hash tag; ARGV[1] record JSON,
  * ARGV[2] score, ARGV[3] delivery id, ARGV[4] limit, ARGV[5] slack, ARGV[6] scan size, ARGV[7]
  * the record key prefix. A record is pending when its JSON holds `"status":"pending"` with bare
  * quotes: string values escape every quote, so only the top-level key can match.
  */
 const CREATE_LUA = `
+if redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX') then return 0 end
 redis.call('ZADD', KEYS[2], 'NX', ARGV[2], ARGV[3])
 local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
@@ -156,7 +161,7 @@ export class AttemptLog {
     private readonly limit: number,
     private readonly now: () => number,
   ) {
-    if (!("tribCreateDelivery" in redis)) redis.defineCommand("tribCreateDelivery", { numberOfKeys: 2, lua: CREATE_LUA });
+    if (!("tribCreateDelivery" in redis)) redis.defineCommand("tribCreateDelivery", { numberOfKeys: 3, lua: CREATE_LUA });
   }
 
   /**
@@ -164,8 +169,8 @@ export class AttemptLog {
    * pending record before the first attempt ends: one round trip less per delivery), with one
    * script call (CREATE_LUA: SET NX, index, trim) that never overwrites an existing record (a
    * stalled job taken over); that rare case falls back to read-modify-write. `known` is the
-   * record the caller read in this attempt, if any. Undefined when the record vanished meanwhile
-   * (its webhook was deleted).
+   * record the caller read in this attempt, if any. Undefined when the record or its listener
+   * vanished meanwhile (the webhook or workflow was deleted).
    */
   async upsert(base: DeliveryBase, change: AttemptChange, known?: DeliveryRecord): Promise<DeliveryRecord | undefined> {
     const nowMs = this.now();
@@ -177,6 +182,9 @@ export class AttemptLog {
       ).tribCreateDelivery(
         key,
         this.keys.deliveries(base.user_id, base.listener_id),
+        base.listener_kind === "webhook"
+          ? this.keys.webhook(base.user_id, base.listener_id)
+          : this.keys.workflow(base.user_id, base.listener_id),
         JSON.stringify(fresh),
         eventScore(base.event_id, nowMs),
         base.id,
@@ -186,6 +194,7 @@ export class AttemptLog {
         this.keys.delivery(base.user_id, ""),
       );
       if (created === 1) return fresh;
+      if (created === -1) return undefined;
       known = await this.get(base.user_id, base.id);
       if (!known) return undefined;
     }

@@ -41,7 +41,11 @@ export interface DeliveryWorkerDeps {
   random?: () => number;
 }
 
-type Target = { url: string; secret: string | null } | { skip: string };
+/**
+ * Where an attempt goes, or why it does not: `gone` when the listener was deleted (its attempt log
+ * went with it, so nothing is recorded), `undeliverable` for a listener that cannot receive.
+ */
+type Target = { url: string; secret: string | null } | { skip: string; why: "gone" | "inactive" | "undeliverable" };
 
 /** The attempt-log record a job's first write creates. */
 function baseOf(job: DeliveryJob): DeliveryBase {
@@ -96,15 +100,15 @@ export class DeliveryWorker {
   }
 
   private webhookTarget(w: WebhookRecord | undefined): Target {
-    if (!w) return { skip: "webhook was deleted" };
-    if (!w.active) return { skip: "webhook is inactive" };
+    if (!w) return { skip: "webhook was deleted", why: "gone" };
+    if (!w.active) return { skip: "webhook is inactive", why: "inactive" };
     return { url: w.url, secret: w.signing_secret };
   }
 
   private async workflowTarget(job: DeliveryJob): Promise<Target> {
     const wf = await this.d.workflows.get(job.userId, job.listenerId);
-    if (!wf) return { skip: "workflow was deleted" };
-    if (!wf.trigger_url) return { skip: "undeliverable: the workflow has no trigger_url" };
+    if (!wf) return { skip: "workflow was deleted", why: "gone" };
+    if (!wf.trigger_url) return { skip: "undeliverable: the workflow has no trigger_url", why: "undeliverable" };
     return { url: wf.trigger_url, secret: null };
   }
 
@@ -126,11 +130,11 @@ export class DeliveryWorker {
     if ("skip" in target) {
       this.d.metrics.deliveries.inc({
         listener_kind: kind,
-        outcome: target.skip.startsWith("undeliverable") ? "undeliverable" : "skipped",
+        outcome: target.why === "undeliverable" ? "undeliverable" : "skipped",
       });
       this.d.logger.debug({ deliveryId: data.deliveryId, reason: target.skip }, "delivery skipped");
       // A deleted listener took its attempt log with it: nothing to record (or to resurrect).
-      if (target.skip.endsWith("was deleted")) return;
+      if (target.why === "gone") return;
       await this.d.attemptLog.upsert(
         baseOf(data),
         {

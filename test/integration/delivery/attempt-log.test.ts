@@ -18,8 +18,10 @@ afterAll(async () => {
 });
 
 let seq = 0;
-function base(listenerId: string): DeliveryBase {
+/** A delivery to `listenerId`, a webhook that exists (the log is only written for live listeners). */
+async function base(listenerId: string): Promise<DeliveryBase> {
   seq++;
+  await redis.set(keys.webhook("u_log", listenerId), "{}");
   return {
     id: `d_test${seq}`,
     user_id: "u_log",
@@ -41,7 +43,7 @@ const attempt = (status: DeliveryStatus): AttemptChange => ({
 describe("AttemptLog", () => {
   it("creates the record on the first write, appends on later ones, and never overwrites a record it did not read", async () => {
     const log = new AttemptLog(redis, keys, 100, Date.now);
-    const b = base("wh_one");
+    const b = await base("wh_one");
     const first = await log.upsert(b, attempt("pending"));
     expect(first).toMatchObject({ id: b.id, status: "pending", attempts: [{ attempt: 1 }], payload: b.payload });
     // A second runner that did not read the record (a stalled job taken over) appends to it.
@@ -55,17 +57,17 @@ describe("AttemptLog", () => {
 
   it("marks a given-up delivery failed, unless a late run delivered it", async () => {
     const log = new AttemptLog(redis, keys, 100, Date.now);
-    const given = base("wh_given");
+    const given = await base("wh_given");
     await log.upsert(given, attempt("pending"));
     expect(await log.upsert(given, { status: "failed", keepDelivered: true })).toMatchObject({
       status: "failed",
       attempts: [{ attempt: 1 }],
     });
-    const done = base("wh_given");
+    const done = await base("wh_given");
     await log.upsert(done, attempt("delivered"));
     expect(await log.upsert(done, { status: "failed", keepDelivered: true })).toMatchObject({ status: "delivered" });
     // Never attempted (BullMQ gave up before the first attempt ended): created failed, no attempts.
-    const never = base("wh_given");
+    const never = await base("wh_given");
     expect(await log.upsert(never, { status: "failed", keepDelivered: true })).toMatchObject({
       status: "failed",
       attempts: [],
@@ -73,20 +75,28 @@ describe("AttemptLog", () => {
     });
   });
 
+  it("writes nothing once the listener is gone (a webhook deleted while its attempt was in flight)", async () => {
+    const log = new AttemptLog(redis, keys, 100, Date.now);
+    const b = await base("wh_gone");
+    await redis.del(keys.webhook("u_log", "wh_gone"));
+    expect(await log.upsert(b, attempt("delivered"))).toBeUndefined();
+    expect(await redis.exists(keys.delivery("u_log", b.id), keys.deliveries("u_log", "wh_gone"))).toBe(0);
+  });
+
   it("keeps a failed delivery's payload for replay", async () => {
     const log = new AttemptLog(redis, keys, 100, Date.now);
-    const b = base("wh_failed");
+    const b = await base("wh_failed");
     await log.upsert(b, attempt("failed"));
     expect((await log.get("u_log", b.id))?.payload).toBe(b.payload);
   });
 
   it("keeps the newest `limit` finished deliveries per listener, but never a pending one", async () => {
     const log = new AttemptLog(redis, keys, 3, Date.now);
-    const pending = base("wh_trim");
+    const pending = await base("wh_trim");
     await log.upsert(pending, attempt("pending")); // the oldest, still waiting for a retry
     const finished: string[] = [];
     for (let i = 0; i < 6; i++) {
-      const b = base("wh_trim");
+      const b = await base("wh_trim");
       finished.push(b.id);
       await log.upsert(b, attempt("delivered"));
     }
@@ -102,9 +112,9 @@ describe("AttemptLog", () => {
   it("trims in batches: it lets the log run limit/20 over, then cuts it back to the limit", async () => {
     const log = new AttemptLog(redis, keys, 40, Date.now); // slack 2
     const count = () => redis.zcard(keys.deliveries("u_log", "wh_batch"));
-    for (let i = 0; i < 41; i++) await log.upsert(base("wh_batch"), attempt("delivered"));
+    for (let i = 0; i < 41; i++) await log.upsert(await base("wh_batch"), attempt("delivered"));
     expect(await count()).toBe(41);
-    await log.upsert(base("wh_batch"), attempt("delivered"));
+    await log.upsert(await base("wh_batch"), attempt("delivered"));
     expect(await count()).toBe(40);
   });
 });

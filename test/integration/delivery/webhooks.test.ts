@@ -364,6 +364,35 @@ describe("webhook deliveries", () => {
     await onlyDelivery(u.api, w.id, "delivered");
   });
 
+  it("leaves no attempt log behind for a webhook deleted while an attempt was in flight", async () => {
+    let release!: () => void;
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
+    const u = await h.td.createUser();
+    const path = hookPath("deleted-in-flight", async () => {
+      await released;
+      return { status: 200 };
+    });
+    const w = await createWebhook(u.api, rx.url(path));
+    const p = workflowId();
+    await subscribe(u.api, p, w.id);
+    await emit(u.api, p, { doomed: true });
+    await arrived(path, 1);
+    expect((await u.api.del(`/v1/webhooks/${w.id}`)).status).toBe(204);
+    release();
+    const keys = createKeys(h.td.prefix);
+    await waitFor(async () => (await h.redis.get(keys.webhook(u.id, w.id))) === null, { what: "the webhook to be gone" });
+    // The attempt ends after the deletion; once the job is done, nothing was written for it.
+    const q = new Queue(QUEUES.delivery, { connection: h.redis.duplicate(), prefix: keys.bullPrefix });
+    try {
+      await waitFor(async () => (await q.getJobCounts("active", "wait")).active === 0, { what: "the attempt to end" });
+    } finally {
+      await q.close();
+    }
+    expect(await h.redis.exists(keys.deliveries(u.id, w.id))).toBe(0);
+  });
+
   it("answers 404 to a replay through another user's webhook or of another user's delivery", async () => {
     const owner = await h.td.createUser();
     const stranger = await h.td.createUser();
