@@ -62,9 +62,10 @@ export class AuthCache {
   }
 
   private async subscribe(): Promise<void> {
+    if (this.stopping) return;
     try {
       await this.opts.subscriber.subscribe(this.opts.channel);
-      this.live = this.opts.subscriber.status === "ready";
+      this.live = !this.stopping && this.opts.subscriber.status === "ready";
     } catch (err) {
       this.opts.logger.warn({ err }, "auth cache: subscribe failed; reading keys from Redis");
     }
