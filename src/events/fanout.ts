@@ -236,9 +236,14 @@ export class FanoutWorker {
             },
           });
         }
-        if (kind) metrics.fanoutJobs.inc({ listener_kind: kind });
       }
     }
+    // One counter update per kind and batch (a labelled inc costs a label hash each time).
+    let webhooks = 0;
+    for (const d of deliveries) if (d.listenerKind === "webhook") webhooks++;
+    if (webhooks > 0) metrics.fanoutJobs.inc({ listener_kind: "webhook" }, webhooks);
+    if (deliveries.length > webhooks) metrics.fanoutJobs.inc({ listener_kind: "workflow" }, deliveries.length - webhooks);
+    if (sourceRuns.length > 0) metrics.fanoutJobs.inc({ listener_kind: "source" }, sourceRuns.length);
     if (deliveries.length === 1) {
       // One job: a single script call (addBulk wraps even one job in a MULTI pipeline).
       const data = deliveries[0] as DeliveryJob;

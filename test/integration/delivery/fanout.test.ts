@@ -76,7 +76,11 @@ afterEach(async () => {
   w.redis.disconnect();
 });
 
+/** The registry of the last fan-out worker built by `fanout()`. */
+let fanoutRegistry = new Registry();
+
 function fanout(consumer: string, claimIdleMs = 15_000): FanoutWorker {
+  fanoutRegistry = new Registry();
   const f = new FanoutWorker({
     blocking: w.blocking,
     redis: w.redis,
@@ -86,7 +90,7 @@ function fanout(consumer: string, claimIdleMs = 15_000): FanoutWorker {
     sourceRunQueue: w.sourceRunQueue,
     deliveryJobOptions: { attempts: 4 },
     logger,
-    metrics: createMetrics(new Registry()),
+    metrics: createMetrics(fanoutRegistry),
     consumer,
     claimIdleMs,
   });
@@ -172,6 +176,12 @@ describe("fan-out redo", () => {
 
     const f = fanout("redo");
     await f.process(entries);
+    const counted = async (kind: string) =>
+      (await fanoutRegistry.getSingleMetric("tributary_fanout_deliveries_total")?.get())?.values.find(
+        (v) => v.labels.listener_kind === kind,
+      )?.value;
+    expect(await counted("webhook")).toBe(3); // exact and glob subscription: one job per event
+    expect(await counted("source")).toBe(3);
     await f.process(entries); // a crash between the jobs and the XACK makes the entry come back
     const expectedDeliveries = ids.map((eventId) => deliveryIdFor({ userId, emitterId: emitter, channel: "", eventId }, hook.id)).sort();
     expect(await jobIds(w.deliveryQueue)).toEqual(expectedDeliveries);
