@@ -113,12 +113,14 @@ function trace(redis: Redis, keys: ReturnType<typeof createKeys>, receiver: { co
   };
 }
 
-const tributaryPhases = () => ["drain", "single", "batch", "latency", "timer", "srcinline", "srchttp"].some((p) => PHASES.has(p));
+/** Phases that run the source runtime, and phases that need a Tributary daemon at all. */
+const RUNTIME_PHASES = want("timer") || want("srcinline") || want("srchttp");
+const TRIBUTARY_PHASES = want("drain") || want("single") || want("batch") || want("latency") || RUNTIME_PHASES;
 
 async function main(): Promise<Results> {
   const S = SETTINGS;
   const results: Results = { settings: S, split: SPLIT, latency: [] };
-  if (tributaryPhases()) {
+  if (TRIBUTARY_PHASES) {
     log("building the daemon (npm run build)");
     buildDaemon();
   }
@@ -130,8 +132,6 @@ async function main(): Promise<Results> {
   cleanups.push(() => receiver.close());
   log(`redis ${redisServer.url}, receiver ${receiver.url}, phases ${[...PHASES].join(",")}${SPLIT ? ", split api/worker processes" : ""}`);
 
-  const runtimePhases = want("timer") || want("srcinline") || want("srchttp");
-  const tributary = want("drain") || want("single") || want("batch") || want("latency") || runtimePhases;
   const adminToken = `bench-admin-${randomBytes(8).toString("hex")}`;
   const keys = createKeys(KEY_PREFIX);
   /** A worker-only process is ready once its fan-out consumer (named `<pid>-...`) reads the outbox. */
@@ -148,7 +148,7 @@ async function main(): Promise<Results> {
   let key = "";
 
   // ---- Tributary set-up. With the drain phase, an API-only daemon (no workers) takes the backlog first. ----
-  if (tributary) {
+  if (TRIBUTARY_PHASES) {
     let setupUrl: string;
     let apiOnly: DaemonProcess | undefined;
     if (want("drain")) {
@@ -266,7 +266,7 @@ async function main(): Promise<Results> {
     log(`  ${fmt(results.koa.reqPerSec)} req/s`);
   }
 
-  if (!(want("single") || want("batch") || want("latency") || runtimePhases)) {
+  if (!(want("single") || want("batch") || want("latency") || RUNTIME_PHASES)) {
     if (dep) results.peakRssKb = dep.peakRssKb();
     await sandbox();
     return results;
@@ -363,7 +363,7 @@ async function main(): Promise<Results> {
   }
 
   // ---- Source runtime (issue 4): timer lag first, on an otherwise idle daemon; then HTTP sources ----
-  if (runtimePhases) {
+  if (RUNTIME_PHASES) {
     const R = S.runtime;
     const ctx: RuntimeContext = {
       url: dm.url,
