@@ -204,9 +204,11 @@ export class FanoutWorker {
     }
     // One round trip for every lookup of the batch.
     const found = (await subscriptions.matchingMany(lookups)).map((subs) => uniqueListeners(subs));
+    const jobsByKind = { webhook: 0, workflow: 0, source: 0 };
     for (const { e, lookup } of parsed) {
       for (const listenerId of found[lookup] ?? []) {
         const kind = listenerKindOf(listenerId);
+        if (kind) jobsByKind[kind]++;
         const deliveryId = deliveryIdFor(e, listenerId);
         if (kind === "webhook" || kind === "workflow") {
           deliveries.push({
@@ -239,11 +241,7 @@ export class FanoutWorker {
       }
     }
     // One counter update per kind and batch (a labelled inc costs a label hash each time).
-    let webhooks = 0;
-    for (const d of deliveries) if (d.listenerKind === "webhook") webhooks++;
-    if (webhooks > 0) metrics.fanoutJobs.inc({ listener_kind: "webhook" }, webhooks);
-    if (deliveries.length > webhooks) metrics.fanoutJobs.inc({ listener_kind: "workflow" }, deliveries.length - webhooks);
-    if (sourceRuns.length > 0) metrics.fanoutJobs.inc({ listener_kind: "source" }, sourceRuns.length);
+    for (const [kind, n] of Object.entries(jobsByKind)) if (n > 0) metrics.fanoutJobs.inc({ listener_kind: kind }, n);
     if (deliveries.length === 1) {
       // One job: a single script call (addBulk wraps even one job in a MULTI pipeline).
       const data = deliveries[0] as DeliveryJob;

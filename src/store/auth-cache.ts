@@ -57,8 +57,9 @@ export class AuthCache {
     };
     subscriber.on("close", down);
     subscriber.on("reconnecting", down);
-    subscriber.on("ready", () => void this.subscribe());
     await this.subscribe();
+    // Registered after the first subscription, so it fires on reconnects only (one SUBSCRIBE at start).
+    subscriber.on("ready", () => void this.subscribe());
   }
 
   private async subscribe(): Promise<void> {
