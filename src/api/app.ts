@@ -1,5 +1,5 @@
 import { Router } from "@koa/router";
-import Koa, { type Middleware } from "koa";
+import Koa, { type Context, type Middleware } from "koa";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { ComponentService } from "../services/components.js";
@@ -20,8 +20,37 @@ import { userRoutes } from "./routes/users.js";
 import { webhookRoutes } from "./routes/webhooks.js";
 import { workflowRoutes } from "./routes/workflows.js";
 
+/**
+ * A /v1 route matched before the router walks its layers: the ingress carries most of the traffic.
+ * It runs behind the same middleware as every /v1 route (API key, JSON body) and is reported under
+ * the same route label. It must also be registered on the router, which serves every spelling the
+ * hot pattern leaves to it (a trailing slash, percent-encoded ids).
+ */
+export interface HotRoute {
+  readonly method: "POST";
+  /** Template relative to /v1 with exactly one `:id` segment, e.g. `/workflows/:id/events`. */
+  readonly path: string;
+  readonly handler: (ctx: Context) => Promise<void>;
+}
+
 /** Extra /v1 routes contributed by other features (events, ingress, deliveries). */
-export type RouteModule = (router: Router) => void;
+export type RouteModule = (router: Router, hot: (route: HotRoute) => void) => void;
+
+interface CompiledHotRoute {
+  readonly method: string;
+  readonly label: string;
+  readonly pattern: RegExp;
+  readonly handler: (ctx: Context) => Promise<void>;
+}
+
+/** `/workflows/:id/events` -> /^\/v1\/workflows\/([^/%]+)\/events$/ (exact spelling only). */
+export function compileHotRoute(route: HotRoute): CompiledHotRoute {
+  const parts = `/v1${route.path}`.split(":id");
+  if (parts.length !== 2) throw new Error(`hot route ${route.path} must have exactly one :id segment`);
+  const esc = (t: string) => t.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+  const pattern = new RegExp(`^${esc(parts[0] as string)}([^/%]+)${esc(parts[1] as string)}$`);
+  return { method: route.method, label: `/v1${route.path}`, pattern, handler: route.handler };
+}
 
 export interface ApiDeps {
   readonly logger: Logger;
@@ -55,9 +84,9 @@ const decodeDollar: Middleware = async (ctx, next) => {
   await next();
 };
 
-/** `/v1…`, case-insensitively like the routers. */
+/** `/v1…` (the /v1 router is case-sensitive). */
 function isV1Path(path: string): boolean {
-  return path.length >= 3 && path.charCodeAt(0) === 47 && (path.charCodeAt(1) | 32) === 118 && path.charCodeAt(2) === 49;
+  return path.length >= 3 && path.charCodeAt(0) === 47 && path.charCodeAt(1) === 118 && path.charCodeAt(2) === 49;
 }
 
 /**
@@ -93,24 +122,39 @@ export function createApp(deps: ApiDeps): Koa {
   const adminRoutesMw = admin.routes() as unknown as Middleware;
   const adminAllowed = allowedMethods(admin) as unknown as Middleware;
 
-  const v1 = new Router({ prefix: "/v1" });
-  v1.use(requireUser(deps.authenticator ?? deps.users.store), jsonBody(deps.bodyLimitBytes));
+  // Case-sensitive: a case-insensitive match let `/V1/...` reach handlers without passing the
+  // router-level middleware (the API key check), which then answered a misleading 401.
+  const v1 = new Router({ prefix: "/v1", sensitive: true });
+  const user = requireUser(deps.authenticator ?? deps.users.store);
+  const body = jsonBody(deps.bodyLimitBytes);
+  v1.use(user, body);
   componentRoutes(v1, deps.components);
   sourceRoutes(v1, deps.sources);
   subscriptionRoutes(v1, deps.subscriptions);
   webhookRoutes(v1, deps.webhooks);
   userRoutes(v1, deps.users);
   workflowRoutes(v1, deps.workflows);
-  for (const mod of deps.v1Modules ?? []) mod(v1);
+  const hot: CompiledHotRoute[] = [];
+  for (const mod of deps.v1Modules ?? []) mod(v1, (route) => hot.push(compileHotRoute(route)));
   const v1Routes = v1.routes() as unknown as Middleware;
   const v1Allowed = allowedMethods(v1) as unknown as Middleware;
 
   const endpoints = deps.endpoints;
   // Dispatch by path prefix, so the hot /v1 path skips the ops, endpoint and admin middleware.
-  // Only paths starting with /v1 (routers match case-insensitively) can match the /v1 router, and
-  // none of those can match the others; every other path crosses the same chain as before.
+  // Only paths starting with /v1 can match the /v1 router, and none of those can match the
+  // others; every other path crosses the same chain as before.
   app.use((ctx, next) => {
-    if (isV1Path(ctx.path)) return v1Routes(ctx, () => v1Allowed(ctx, next));
+    if (isV1Path(ctx.path)) {
+      for (const route of hot) {
+        const m = ctx.method === route.method ? route.pattern.exec(ctx.path) : null;
+        if (m) {
+          // What the router would have set for this route (handler params, metrics label).
+          Object.assign(ctx, { params: { id: m[1] }, _matchedRoute: route.label });
+          return user(ctx, () => body(ctx, () => route.handler(ctx)));
+        }
+      }
+      return v1Routes(ctx, () => v1Allowed(ctx, next));
+    }
     return opsRoutes(ctx, () =>
       opsAllowed(ctx, async () => {
         if (endpoints) await endpoints(ctx, () => adminRoutesMw(ctx, () => adminAllowed(ctx, next)));

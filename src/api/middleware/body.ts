@@ -27,7 +27,14 @@ const PLUS_JSON = /^application\/[a-z0-9][a-z0-9!#$&^_.-]{0,100}\+json$/;
  * and a body over the limit a 413 (the error middleware maps co-body's errors).
  */
 export function jsonBody(limitBytes: number) {
-  const parse = bodyParser({ enableTypes: ["json"], jsonLimit: limitBytes, jsonStrict: true, encoding: "utf-8" });
+  const parse = bodyParser({
+    enableTypes: ["json"],
+    jsonLimit: limitBytes,
+    jsonStrict: true,
+    encoding: "utf-8",
+    // The parser's own type check (type-is) runs only when the fast check cannot say yes.
+    detectJSON: (ctx) => isPlainJsonType(ctx.get("content-type")),
+  });
   return async function json(ctx: Context, next: Next): Promise<void> {
     if ((ctx.method === "POST" || ctx.method === "PUT" || ctx.method === "PATCH") && hasBody(ctx)) {
       if (!isPlainJsonType(ctx.get("content-type")) && !ctx.is("application/json", "+json")) {

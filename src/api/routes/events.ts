@@ -1,4 +1,5 @@
 import type { Router } from "@koa/router";
+import type { HotRoute } from "../app.js";
 import type { Context } from "koa";
 import { ValidationError } from "../../domain/errors.js";
 import { isEventId } from "../../domain/ids.js";
@@ -41,7 +42,7 @@ function optionalEventId(raw: unknown, name: string): string | null {
 
 /** Event summaries, event deletion and the workflow ingress (SPEC §2 event summaries, §3). */
 export function eventRoutes(deps: EventRouteDeps) {
-  return (router: Router): void => {
+  return (router: Router, hot: (route: HotRoute) => void): void => {
     router.get("/sources/:id/event_summaries", async (ctx) => {
       const userId = userIdOf(ctx);
       const source = await deps.sources.get(userId, ctx.params.id);
@@ -69,13 +70,15 @@ export function eventRoutes(deps: EventRouteDeps) {
     router.get("/workflows/:id/event_summaries", workflowSummaries());
     router.get("/workflows/:id/$errors/event_summaries", workflowSummaries("$errors"));
 
-    router.post("/workflows/:id/events", async (ctx) => {
+    const emit = async (ctx: Context): Promise<void> => {
       const userId = userIdOf(ctx);
-      const workflowId = parseWorkflowId(ctx.params.id);
+      const workflowId = parseWorkflowId((ctx as Context & { params: { id: string } }).params.id);
       const { batch, emits } = parseEmitBody((ctx.request as { body?: unknown }).body);
       const ids = await deps.ingest.workflowEmit(userId, workflowId, emits);
       sendData(ctx, batch ? ids.map((id) => ({ id })) : { id: ids[0] }, 202);
-    });
+    };
+    router.post("/workflows/:id/events", emit);
+    hot({ method: "POST", path: "/workflows/:id/events", handler: emit });
 
     router.post("/workflows/:id/$errors/events", async (ctx) => {
       const userId = userIdOf(ctx);

@@ -84,6 +84,43 @@ describe("POST /workflows/{id}/events", () => {
     expect(Math.abs(page.data[0].indexed_at_ms - Date.now())).toBeLessThan(60_000);
   });
 
+  it("answers alike whether the hot route or the router serves the spelling, under one metrics label", async () => {
+    const u = await td.createUser();
+    const p = workflowId();
+    const label = 'tributary_http_request_duration_seconds_count{route="/v1/workflows/:id/events",method="POST",status="202"}';
+    const counted = async () => {
+      const line = (await u.api.get("/metrics")).text.split("\n").find((l) => l.startsWith(label));
+      return line ? Number(line.slice(label.length)) : 0;
+    };
+    const before = await counted();
+    // The exact spelling takes the hot route; the others only the router matches.
+    const paths = [
+      `/v1/workflows/${p}/events`,
+      `/v1/workflows/${p}/events/`,
+      `/v1/workflows/${encodeURIComponent(p).replace("p", "%70")}/events`,
+    ];
+    const ids: string[] = [];
+    for (const path of paths) {
+      const res = await u.api.post(path, { json: { event: { path } } });
+      expectStatus(res, 202);
+      ids.push(res.body.data.id);
+    }
+    expect((await summaries(u.api, p)).data.map((e: Json) => e.id)).toEqual([...ids].reverse());
+    expect((await counted()) - before).toBe(paths.length);
+    // Paths are case-sensitive: another spelling is no route at all.
+    expectError(await u.api.post(`/V1/Workflows/${p}/EVENTS`, { json: { event: 1 } }), 404);
+    // The hot route sits behind the same key check, body checks and error mapping.
+    const anon = await fetch(`${td.url}/v1/workflows/${p}/events`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{}",
+    });
+    expect(anon.status).toBe(401);
+    expectError(await u.api.post(`/v1/workflows/${p}/events`, { body: "a=1", headers: { "content-type": "text/plain" } }), 415);
+    expectError(await u.api.post(`/v1/workflows/${p}/events`, { body: "{", headers: { "content-type": "application/json" } }), 400);
+    expectError(await u.api.post("/v1/workflows/not-a-workflow/events", { json: { event: 1 } }), 400);
+  });
+
   it.each([
     ["null", null],
     ["a string", "hello"],
