@@ -48,6 +48,12 @@ export class InvalidatedCache<V> {
     this.entries.delete(key);
   }
 
+  /** Drops every entry whose value matches (a scan: meant for rare invalidations by a value's field). */
+  invalidateWhere(matches: (value: V) => boolean): void {
+    this.generation++;
+    for (const [key, entry] of this.entries) if (matches(entry.value)) this.entries.delete(key);
+  }
+
   clear(): void {
     this.generation++;
     this.entries.clear();

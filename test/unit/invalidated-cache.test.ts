@@ -26,6 +26,20 @@ function deferred(value: string) {
 }
 
 describe("InvalidatedCache", () => {
+  it("drops the entries whose value matches, and a read in flight across it is not kept", async () => {
+    const t = setup();
+    await t.cache.get("a", t.loader("u1"), true);
+    await t.cache.get("b", t.loader("u2"), true);
+    const slow = deferred("u1");
+    const pending = t.cache.get("c", slow.load, true);
+    t.cache.invalidateWhere((v) => v === "u1");
+    slow.release();
+    expect(await pending).toBe("u1");
+    expect(t.cache.size).toBe(1);
+    expect(await t.cache.get("b", t.loader("other"), true)).toBe("u2");
+    expect(await t.cache.get("a", t.loader("u1-again"), true)).toBe("u1-again");
+  });
+
   it("serves a loaded value from memory until it is invalidated", async () => {
     const t = setup();
     expect(await t.cache.get("k", t.loader("u1"), true)).toBe("u1");
