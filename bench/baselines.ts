@@ -38,6 +38,8 @@ export interface DrainResult {
   readonly cost?: Cost;
   /** Where the time went (Tributary: fan-out vs delivery). */
   readonly detail?: string;
+  /** Plain BullMQ only: CPU the producer spent creating each job (`addBulk`, before the timed window). */
+  readonly producerUsPerJob?: number;
 }
 
 /** Deliveries per second between the first and the last arrival at the receiver. */
@@ -103,7 +105,8 @@ export async function bullmqBaseline(opts: {
       await queue.addBulk(jobs);
     }
     const used = process.cpuUsage(addCpu);
-    const addDetail = `pre-load: addBulk of ${opts.backlog} jobs took ${Math.round(performance.now() - addStart)} ms, ${Math.round((used.user + used.system) / opts.backlog)} µs producer CPU per job (not counted above)`;
+    const producerUsPerJob = (used.user + used.system) / opts.backlog;
+    const addDetail = `pre-load: addBulk of ${opts.backlog} jobs took ${Math.round(performance.now() - addStart)} ms, ${Math.round(producerUsPerJob)} µs producer CPU per job (not counted above)`;
     opts.receiver.reset();
     const child = spawnNode("bullmq-baseline", TSX, "bench/baseline-child.ts", ["bullmq"], {
       REDIS_URL: opts.redisUrl,
@@ -119,7 +122,7 @@ export async function bullmqBaseline(opts: {
       const cost = await meter(opts.receiver.count());
       const gone = child.exited();
       if (gone) throw new Error(`bullmq baseline worker crashed (${JSON.stringify(gone)}):\n${child.tail()}`);
-      return { ...drainResult(opts.receiver, opts.backlog, complete, cost), detail: addDetail };
+      return { ...drainResult(opts.receiver, opts.backlog, complete, cost), detail: addDetail, producerUsPerJob };
     } finally {
       await child.stop();
     }

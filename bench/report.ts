@@ -105,6 +105,12 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
   const ingestCpuRatio = ratio(r.koa?.cost.usPerUnit.koa, daemonUs(r.single?.cost));
   const drainRatio = ratio(r.drain?.perSec, r.bull?.perSec);
   const drainCpuRatio = ratio(r.bull?.cost?.usPerUnit.worker, daemonUs(r.drain?.cost));
+  // What plain BullMQ itself would score against its worker-only figure if the job creation it
+  // does before the timed window were counted, as Tributary's fan-out is: the ceiling of any
+  // design that creates one BullMQ job per delivery.
+  const bullWorkerUs = r.bull?.cost?.usPerUnit.worker;
+  const bullCeiling =
+    bullWorkerUs !== undefined && r.bull?.producerUsPerJob !== undefined ? ratio(bullWorkerUs, bullWorkerUs + r.bull.producerUsPerJob) : Number.NaN;
   const rows: string[][] = [];
   rows.push([
     "1. Emit ingest, single event",
@@ -131,7 +137,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     `3. Draining a ${fmt(S.backlog)}-event backlog`,
     drained(r.drain),
     `plain BullMQ: ${drained(r.bull)}`,
-    `**${fmt(drainRatio, 2)}×** (CPU/delivery: ${fmt(drainCpuRatio, 2)}×)`,
+    `**${fmt(drainRatio, 2)}×** (CPU/delivery: ${fmt(drainCpuRatio, 2)}×; plain BullMQ with its job creation counted: ${fmt(bullCeiling, 2)}×)`,
     "≥ 0.8× plain BullMQ",
     judged(Number.isNaN(drainRatio) ? undefined : drainRatio >= 0.8 && r.drain?.complete === true, noise(r.drain?.cost, r.bull?.cost), {
       ok: drainCpuRatio >= 0.8,
