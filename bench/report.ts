@@ -110,7 +110,9 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
   // design that creates one BullMQ job per delivery.
   const bullWorkerUs = r.bull?.cost?.usPerUnit.worker;
   const bullCeiling =
-    bullWorkerUs !== undefined && r.bull?.producerUsPerJob !== undefined ? ratio(bullWorkerUs, bullWorkerUs + r.bull.producerUsPerJob) : Number.NaN;
+    bullWorkerUs !== undefined && r.bull?.producerUsPerJob !== undefined
+      ? ratio(bullWorkerUs, bullWorkerUs + r.bull.producerUsPerJob)
+      : Number.NaN;
   const rows: string[][] = [];
   rows.push([
     "1. Emit ingest, single event",

@@ -37,6 +37,7 @@ import { createKeys } from "./store/keys.js";
 import { SourceStore } from "./store/sources.js";
 import { SubscriptionStore } from "./store/subscriptions.js";
 import { AuthCache } from "./store/auth-cache.js";
+import { WebhookCache } from "./store/webhook-cache.js";
 import { UserStore } from "./store/users.js";
 import { WebhookStore } from "./store/webhooks.js";
 import { WorkflowStore } from "./store/workflows.js";
@@ -173,6 +174,14 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       claimIdleMs: 15_000,
     });
     await fanout.start();
+    // Webhooks are read from an in-process cache that webhook changes invalidate over pub/sub
+    // (store/webhook-cache.ts).
+    const webhookSubscriber = new Redis(opts.redisUrl, patient);
+    webhookSubscriber.on("error", () => {});
+    const webhookCache = new WebhookCache(webhookStore, { subscriber: webhookSubscriber, channel: keys.webhookChanges(), logger });
+    // Not awaited: until the subscription is live, webhooks are read from Redis.
+    void webhookCache.start();
+    closers.push(() => webhookCache.stop());
     deliveryWorker = new DeliveryWorker({
       connection,
       prefix: keys.bullPrefix,
@@ -180,6 +189,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       sender,
       attemptLog,
       webhooks: webhookStore,
+      webhookReader: webhookCache,
       workflows: workflowStore,
       scheduleMs: config.deliveryRetryScheduleMs,
       logger,

@@ -3,7 +3,6 @@ import type { PageRequest } from "../domain/pagination.js";
 import { epochSeconds, parseStored } from "../store/context.js";
 import type { Keys } from "../store/keys.js";
 import { loadJson, pageFromSortedSet, type Page } from "../store/listing.js";
-import type { WebhookRecord } from "../store/webhooks.js";
 
 export type DeliveryStatus = "pending" | "delivered" | "failed";
 
@@ -205,15 +204,6 @@ export class AttemptLog {
 
   async get(userId: string, id: string): Promise<DeliveryRecord | undefined> {
     return parseStored<DeliveryRecord>(await this.redis.get(this.keys.delivery(userId, id)));
-  }
-
-  /**
-   * The delivery record and the webhook it goes to, read with one MGET (same user hash tag) instead
-   * of two GETs. The webhook is read fresh on every attempt: a deleted or deactivated one is seen.
-   */
-  async getWithWebhook(userId: string, id: string, webhookId: string): Promise<[DeliveryRecord | undefined, WebhookRecord | undefined]> {
-    const [record, webhook] = await this.redis.mget(this.keys.delivery(userId, id), this.keys.webhook(userId, webhookId));
-    return [parseStored<DeliveryRecord>(record), parseStored<WebhookRecord>(webhook)];
   }
 
   /**

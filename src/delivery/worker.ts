@@ -33,6 +33,8 @@ export interface DeliveryWorkerDeps {
   sender: Sender;
   attemptLog: AttemptLog;
   webhooks: WebhookStore;
+  /** Where attempts read webhooks (the webhook cache); default `webhooks`, a Redis read each time. */
+  webhookReader?: { get(userId: string, id: string): Promise<WebhookRecord | undefined> };
   workflows: WorkflowStore;
   scheduleMs: readonly number[];
   logger: Logger;
@@ -115,16 +117,17 @@ export class DeliveryWorker {
   async process(job: Job): Promise<void> {
     const data = deliveryJob.parse(job.data);
     const kind = data.listenerKind;
-    // Both reads in one go: a single MGET for webhooks, pipelined GETs for workflows.
-    let record: DeliveryRecord | undefined;
-    let target: Target;
-    if (kind === "webhook") {
-      const [rec, webhook] = await this.d.attemptLog.getWithWebhook(data.userId, data.deliveryId, data.listenerId);
-      record = rec;
-      target = this.webhookTarget(webhook);
-    } else {
-      [record, target] = await Promise.all([this.d.attemptLog.get(data.userId, data.deliveryId), this.workflowTarget(data)]);
-    }
+    // The attempt record can only exist when this delivery may have been attempted before: a
+    // retry, a job taken over after its worker died (started more often than finished), a replay
+    // (a job id of its own) or a job re-added by a redone fan-out. A job's first clean attempt
+    // skips the read: its record is created when the attempt ends.
+    const mayBeRecorded = job.attemptsMade > 0 || (job.attemptsStarted ?? 0) > 1 || job.id !== data.deliveryId || data.redo === true;
+    const [record, target] = await Promise.all([
+      mayBeRecorded ? this.d.attemptLog.get(data.userId, data.deliveryId) : undefined,
+      kind === "webhook"
+        ? (this.d.webhookReader ?? this.d.webhooks).get(data.userId, data.listenerId).then((w) => this.webhookTarget(w))
+        : this.workflowTarget(data),
+    ]);
     // A redone fan-out or a duplicate job finds the delivery already done: nothing to send.
     if (record?.status === "delivered") return;
     if ("skip" in target) {

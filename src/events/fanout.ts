@@ -169,16 +169,19 @@ export class FanoutWorker {
     }
   }
 
-  /** Fans a batch out and acknowledges it (takeover, tests). */
+  /**
+   * Fans out a batch taken over from another consumer (or read again) and acknowledges it. Its
+   * delivery jobs are marked `redo`: their deliveries may be done already.
+   */
   async process(raw: XEntries): Promise<void> {
-    await this.ack(await this.fanOut(raw));
+    await this.ack(await this.fanOut(raw, true));
   }
 
   /**
    * Fans a batch out; lookups are shared between entries of the same emitter and channel. Returns
    * the entry ids, which the caller acknowledges once this has returned.
    */
-  private async fanOut(raw: XEntries): Promise<string[]> {
+  private async fanOut(raw: XEntries, redo = false): Promise<string[]> {
     const { subscriptions, metrics } = this.d;
     const deliveries: DeliveryJob[] = [];
     const sourceRuns: { id: string; data: SourceRunJob }[] = [];
@@ -211,7 +214,7 @@ export class FanoutWorker {
         if (kind) jobsByKind[kind]++;
         const deliveryId = deliveryIdFor(e, listenerId);
         if (kind === "webhook" || kind === "workflow") {
-          deliveries.push({
+          const job: DeliveryJob = {
             userId: e.userId,
             deliveryId,
             listenerKind: kind,
@@ -221,7 +224,9 @@ export class FanoutWorker {
             eventId: e.eventId,
             payload: e.payload,
             acceptedAtMs: e.acceptedAtMs,
-          });
+          };
+          if (redo) job.redo = true;
+          deliveries.push(job);
         } else if (kind === "source") {
           sourceRuns.push({
             id: deliveryId.replace(/^d_/, "run_"),

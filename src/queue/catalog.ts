@@ -34,6 +34,11 @@ export const deliveryJob = z.object({
   payload: z.string(),
   /** When the event was accepted (ms), for emit-to-delivered latency. */
   acceptedAtMs: z.number(),
+  /**
+   * Added by a fan-out redone after a crash (an outbox entry taken over): the delivery may be
+   * done already, so the worker reads its attempt record first.
+   */
+  redo: z.literal(true).optional(),
 });
 export type DeliveryJob = z.infer<typeof deliveryJob>;
 

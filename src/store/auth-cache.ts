@@ -1,18 +1,7 @@
-import type { Redis } from "ioredis";
-import type { Logger } from "../observability/logger.js";
-import { InvalidatedCache } from "./invalidated-cache.js";
+import { FeedCache, type FeedCacheOptions } from "./invalidation-feed.js";
 import type { UserStore } from "./users.js";
 
-export interface AuthCacheOptions {
-  /** A connection of its own: it goes into subscriber mode. */
-  readonly subscriber: Redis;
-  /** The channel `UserStore` publishes revoked key digests on (`keys.apiKeyRevocations()`). */
-  readonly channel: string;
-  readonly logger: Logger;
-  readonly maxEntries?: number;
-  readonly maxAgeMs?: number;
-  readonly now?: () => number;
-}
+export type AuthCacheOptions = FeedCacheOptions;
 
 /**
  * API key -> user id without a Redis round trip per request. Every change that retires a key
@@ -28,79 +17,30 @@ export interface AuthCacheOptions {
  * keys held this way live only in this process's memory, for at most `maxAgeMs`, like the request
  * that carried them; Redis still holds digests only.
  */
-export class AuthCache {
-  private readonly cache: InvalidatedCache<{ readonly userId: string; readonly digest: string }>;
-  private live = false;
-  private stopping = false;
-
+export class AuthCache extends FeedCache<{ readonly userId: string; readonly digest: string }> {
   constructor(
     private readonly users: UserStore,
-    private readonly opts: AuthCacheOptions,
+    opts: AuthCacheOptions,
   ) {
-    this.cache = new InvalidatedCache({
-      maxEntries: opts.maxEntries ?? 10_000,
-      maxAgeMs: opts.maxAgeMs ?? 60_000,
-      now: opts.now ?? Date.now,
-    });
+    super(opts, "auth cache");
   }
 
-  /**
-   * Subscribes; resolves once the cache is in use (lookups go to Redis until then, so a caller
-   * need not wait). Resubscribes after every reconnect.
-   */
-  async start(): Promise<void> {
-    const { subscriber, channel, logger } = this.opts;
-    // This process's own rotations and deletions invalidate at once, before their caller resumes.
-    const revoke = (digest: string) => this.cache.invalidateWhere((entry) => entry.digest === digest);
-    this.users.onKeyRevoked(revoke);
-    subscriber.on("message", (ch: string, digest: string) => {
-      if (ch === channel) revoke(digest);
-    });
-    const down = () => {
-      if (this.live && !this.stopping) logger.warn("auth cache: invalidation channel lost; reading keys from Redis until it is back");
-      this.live = false;
-      this.cache.clear();
-    };
-    subscriber.on("close", down);
-    subscriber.on("reconnecting", down);
-    await this.subscribe();
-    // Registered after the first subscription, so it fires on reconnects only (one SUBSCRIBE at start).
-    subscriber.on("ready", () => void this.subscribe());
+  /** A revocation names the key's digest. */
+  protected drop(digest: string): void {
+    this.cache.invalidateWhere((entry) => entry.digest === digest);
   }
 
-  private async subscribe(): Promise<void> {
-    if (this.stopping) return;
-    try {
-      await this.opts.subscriber.subscribe(this.opts.channel);
-      this.live = !this.stopping && this.opts.subscriber.status === "ready";
-    } catch (err) {
-      this.opts.logger.warn({ err }, "auth cache: subscribe failed; reading keys from Redis");
-    }
+  protected listenLocally(): void {
+    this.users.onKeyRevoked((digest) => this.drop(digest));
   }
 
   /** Same contract as `UserStore.authenticate`. */
   async authenticate(apiKey: string): Promise<string | undefined> {
-    const entry = await this.cache.get(
-      apiKey,
-      async () => {
-        const digest = this.users.digestOf(apiKey);
-        const userId = digest === undefined ? undefined : await this.users.userOfDigest(digest);
-        return userId === undefined || digest === undefined ? undefined : { userId, digest };
-      },
-      this.live,
-    );
+    const entry = await this.lookup(apiKey, async () => {
+      const digest = this.users.digestOf(apiKey);
+      const userId = digest === undefined ? undefined : await this.users.userOfDigest(digest);
+      return userId === undefined || digest === undefined ? undefined : { userId, digest };
+    });
     return entry?.userId;
-  }
-
-  isLive(): boolean {
-    return this.live;
-  }
-
-  /** Stops using the cache and closes the subscriber connection. */
-  async stop(): Promise<void> {
-    this.stopping = true;
-    this.live = false;
-    this.cache.clear();
-    await this.opts.subscriber.quit().catch(() => {});
   }
 }

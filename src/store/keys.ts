@@ -24,6 +24,8 @@ export function createKeys(prefix: string) {
     apiKeys: () => `${g}:apikeys`,
     /** pub/sub channel: digests of API keys that stopped working (auth caches drop them) */
     apiKeyRevocations: () => `${g}:apikeys:revoked`,
+    /** pub/sub channel: "<user id> <webhook id>" (or "<user id> *") after a webhook changed (webhook caches drop it) */
+    webhookChanges: () => `${g}:webhooks:changed`,
     /** zset: user ids by creation time */
     users: () => `${g}:users`,
     /** hash: username -> user id (uniqueness) */

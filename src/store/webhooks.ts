@@ -22,8 +22,27 @@ export interface WebhookPatch {
   active?: boolean;
 }
 
+/** The message on `keys.webhookChanges()`: one webhook, or every webhook of the user (`*`). */
+export function webhookChangeMessage(userId: string, id: string | "*"): string {
+  return `${userId} ${id}`;
+}
+
 export class WebhookStore {
+  private readonly changeListeners = new Set<(message: string) => void>();
+
   constructor(private readonly ctx: StoreContext) {}
+
+  /**
+   * Called (in this process, after the change is committed) with the change message of every
+   * update or deletion made through this store; other processes read it on `webhookChanges`.
+   */
+  onChange(listener: (message: string) => void): void {
+    this.changeListeners.add(listener);
+  }
+
+  private changed(message: string): void {
+    for (const listener of this.changeListeners) listener(message);
+  }
 
   async create(
     userId: string,
@@ -65,18 +84,28 @@ export class WebhookStore {
     const current = await this.get(userId, id);
     if (!current) return undefined;
     const next: WebhookRecord = { ...current, ...definedOnly(patch), updated_at: epochSeconds(this.ctx.now()) };
-    // SET XX: a webhook deleted meanwhile is not resurrected.
-    const ok = await this.ctx.redis.set(this.ctx.keys.webhook(userId, id), JSON.stringify(next), "XX");
-    return ok ? next : undefined;
+    // SET XX: a webhook deleted meanwhile is not resurrected. Webhook caches learn of the change
+    // from the message published in the same transaction.
+    const { redis, keys } = this.ctx;
+    const message = webhookChangeMessage(userId, id);
+    const res = await redis
+      .multi()
+      .set(keys.webhook(userId, id), JSON.stringify(next), "XX")
+      .publish(keys.webhookChanges(), message)
+      .exec();
+    this.changed(message);
+    return res?.[0]?.[1] === "OK" ? next : undefined;
   }
 
   /** Deletes the webhook and its attempt log. Subscriptions are removed by the caller. */
   async delete(userId: string, id: string): Promise<boolean> {
     const { redis, keys } = this.ctx;
     const deliveryIds = await redis.zrange(keys.deliveries(userId, id), 0, -1);
+    const message = webhookChangeMessage(userId, id);
     const tx = redis.multi().del(keys.webhook(userId, id)).zrem(keys.webhooks(userId), id).del(keys.deliveries(userId, id));
     for (const d of deliveryIds) tx.del(keys.delivery(userId, d));
-    const res = await tx.exec();
+    const res = await tx.publish(keys.webhookChanges(), message).exec();
+    this.changed(message);
     return Number(res?.[0]?.[1] ?? 0) > 0;
   }
 }
