@@ -2,6 +2,7 @@ import { Queue } from "bullmq";
 import { Redis } from "ioredis";
 import { spawnNode } from "./child.js";
 import { type ClosedLoopResult, hammer, smallEvent } from "./load.js";
+import { type Summary, summarize } from "./stats.js";
 import { type Cost, startMeter } from "./meter.js";
 import type { Receiver } from "./receiver.js";
 
@@ -58,6 +59,26 @@ export function drainResult(receiver: Receiver, expected: number, complete: bool
   };
 }
 
+/** Same job shape and retention as Tributary's delivery jobs, so Redis does comparable work. */
+const BASELINE_JOB_OPTS = {
+  attempts: 3,
+  backoff: { type: "fixed", delay: 1000 },
+  removeOnComplete: { age: 600, count: 50_000 },
+  removeOnFail: { age: 3600, count: 50_000 },
+};
+
+/** The plain BullMQ worker child (baseline-child.ts) on a queue of its own. */
+function startBullWorker(label: string, opts: { redisUrl: string; prefix: string; concurrency: number; receiver: Receiver }) {
+  return spawnNode(label, TSX, "bench/baseline-child.ts", ["bullmq"], {
+    REDIS_URL: opts.redisUrl,
+    QUEUE: BASELINE_QUEUE,
+    PREFIX: opts.prefix,
+    CONCURRENCY: String(opts.concurrency),
+    TARGET_URL: opts.receiver.url,
+  });
+}
+const BASELINE_QUEUE = "delivery";
+
 /**
  * (b) A plain BullMQ Queue + Worker (in its own process) posting each job's payload with undici:
  * the backlog is added first, then the worker starts and drains it.
@@ -72,17 +93,9 @@ export async function bullmqBaseline(opts: {
   deadlineMs: number;
 }): Promise<DrainResult> {
   const prefix = "benchbase:{bull}";
-  const name = "delivery";
   const connection = new Redis(opts.redisUrl, { maxRetriesPerRequest: null });
-  const queue = new Queue(name, { connection, prefix });
+  const queue = new Queue(BASELINE_QUEUE, { connection, prefix });
   try {
-    // Same job shape and retention as Tributary's delivery jobs, so Redis does comparable work.
-    const jobOpts = {
-      attempts: 3,
-      backoff: { type: "fixed", delay: 1000 },
-      removeOnComplete: { age: 600, count: 50_000 },
-      removeOnFail: { age: 3600, count: 50_000 },
-    };
     const addStart = performance.now();
     const addCpu = process.cpuUsage();
     for (let i = 0; i < opts.backlog; i += 1000) {
@@ -100,7 +113,7 @@ export async function bullmqBaseline(opts: {
           payload: JSON.stringify(smallEvent(seq)),
           acceptedAtMs: Date.now(),
         };
-        jobs.push({ name: "webhook", data, opts: { jobId: `d_base${seq}`, ...jobOpts } });
+        jobs.push({ name: "webhook", data, opts: { jobId: `d_base${seq}`, ...BASELINE_JOB_OPTS } });
       }
       await queue.addBulk(jobs);
     }
@@ -108,13 +121,7 @@ export async function bullmqBaseline(opts: {
     const producerUsPerJob = (used.user + used.system) / opts.backlog;
     const addDetail = `pre-load: addBulk of ${opts.backlog} jobs took ${Math.round(performance.now() - addStart)} ms, ${Math.round(producerUsPerJob)} µs producer CPU per job (not counted above)`;
     opts.receiver.reset();
-    const child = spawnNode("bullmq-baseline", TSX, "bench/baseline-child.ts", ["bullmq"], {
-      REDIS_URL: opts.redisUrl,
-      QUEUE: name,
-      PREFIX: prefix,
-      CONCURRENCY: String(opts.concurrency),
-      TARGET_URL: opts.receiver.url,
-    });
+    const child = startBullWorker("bullmq-baseline", { ...opts, prefix });
     try {
       await child.waitForLine(/^READY/, 30_000);
       const meter = await startMeter({ worker: child.pid, redis: opts.redisPid, bench: process.pid }, connection);
@@ -127,6 +134,77 @@ export async function bullmqBaseline(opts: {
       await child.stop();
     }
   } finally {
+    await queue.obliterate({ force: true }).catch(() => {});
+    await queue.close();
+    connection.disconnect();
+  }
+}
+
+export interface BullLatencyResult {
+  readonly rate: number;
+  readonly sent: number;
+  readonly delivered: number;
+  /** Queue.add called -> arrival at the receiver, ms. */
+  readonly e2e: Summary;
+  readonly cost: Cost;
+}
+
+/**
+ * (c) Plain BullMQ at a steady rate: the bench process adds one job per event on a 1 ms pacer
+ * (`Queue.add`, the producer side of a BullMQ design) and the same worker child as (b) POSTs each
+ * to the receiver. Latency = arrival − the moment the job was handed to `Queue.add`. This is what
+ * BullMQ plus undici alone achieve on this machine at the rate of the latency target, with no
+ * HTTP ingest and no fan-out in front.
+ */
+export async function bullmqLatencyBaseline(opts: {
+  redisUrl: string;
+  redisPid: number | undefined;
+  receiver: Receiver;
+  rate: number;
+  durationMs: number;
+  concurrency: number;
+  seqBase: number;
+}): Promise<BullLatencyResult> {
+  const prefix = "benchlat:{bull}";
+  const connection = new Redis(opts.redisUrl, { maxRetriesPerRequest: null });
+  const queue = new Queue(BASELINE_QUEUE, { connection, prefix });
+  const child = startBullWorker("bullmq-latency", { ...opts, prefix });
+  try {
+    await child.waitForLine(/^READY/, 30_000);
+    opts.receiver.reset();
+    const total = Math.floor((opts.rate * opts.durationMs) / 1000);
+    const sentAt = new Map<number, number>();
+    const meter = await startMeter({ worker: child.pid, redis: opts.redisPid, bench: process.pid }, connection);
+    const start = performance.now();
+    let issued = 0;
+    await new Promise<void>((resolve) => {
+      const timer = setInterval(() => {
+        const due = Math.min(total, Math.floor(((performance.now() - start) * opts.rate) / 1000));
+        while (issued < due) {
+          const seq = opts.seqBase + issued++;
+          sentAt.set(seq, performance.now());
+          void queue
+            .add("webhook", { payload: JSON.stringify(smallEvent(seq)) }, { jobId: `l${seq}`, ...BASELINE_JOB_OPTS })
+            .catch(() => sentAt.delete(seq));
+        }
+        if (issued >= total) {
+          clearInterval(timer);
+          resolve();
+        }
+      }, 1);
+    });
+    await opts.receiver.waitFor(sentAt.size, 60_000);
+    const cost = await meter(opts.receiver.count());
+    const gone = child.exited();
+    if (gone) throw new Error(`bullmq latency worker crashed (${JSON.stringify(gone)}):\n${child.tail()}`);
+    const e2e: number[] = [];
+    for (const [seq, sent] of sentAt) {
+      const at = opts.receiver.arrivals.get(seq);
+      if (at !== undefined) e2e.push(at - sent);
+    }
+    return { rate: opts.rate, sent: sentAt.size, delivered: e2e.length, e2e: summarize(e2e), cost };
+  } finally {
+    await child.stop();
     await queue.obliterate({ force: true }).catch(() => {});
     await queue.close();
     connection.disconnect();

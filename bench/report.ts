@@ -1,4 +1,4 @@
-import type { DrainResult } from "./baselines.js";
+import type { BullLatencyResult, DrainResult } from "./baselines.js";
 import type { CpuShares } from "./cpu.js";
 import type { ClosedLoopResult } from "./load.js";
 import type { Cost } from "./meter.js";
@@ -39,6 +39,8 @@ export interface Results {
   split: boolean;
   koa?: ClosedLoopResult & { cost: Cost };
   bull?: DrainResult;
+  /** Plain BullMQ at the judged latency rate (Queue.add -> worker -> undici). */
+  bullLatency?: BullLatencyResult;
   drain?: DrainResult;
   single?: ClosedLoopResult & { cost: Cost };
   batch?: ClosedLoopResult & { cost: Cost };
@@ -96,6 +98,12 @@ const statuses = (s: Record<string, number>) =>
     .join(", ");
 const top = (c: Cost | undefined) => (c ? c.redisTop.map(([cmd, n]) => `${cmd} ${fmt(n, 2)}`).join(", ") : "n/a");
 
+/** The plain-BullMQ reference for a latency row at its rate (single emits only). */
+const bullAt = (l: LatencyResult, b?: BullLatencyResult) =>
+  b && b.rate === l.rate && l.batch === 1
+    ? `; **plain BullMQ at ${fmt(b.rate)} jobs/s** (Queue.add one by one → worker → undici, no ingest or fan-out): p50 ${fmt(b.e2e.p50, 1)} ms · p99 ${fmt(b.e2e.p99, 1)} ms (${fmt(b.delivered)}/${fmt(b.sent)})${unitCost(b.cost, "job")}`
+    : "";
+
 /** Prints the one markdown table (and the settings and Redis-command details) to stdout. */
 export function printReport(r: Results, meta: { title: string; totalS: number }): void {
   const S = r.settings;
@@ -152,7 +160,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     rows.push([
       `4. Emit→delivered at ${fmt(l.rate)} events/s, ${l.batch === 1 ? "single emits" : `${l.batch} events per request`}`,
       `p50 ${fmt(l.e2e.p50, 1)} ms · p99 ${fmt(l.e2e.p99, 1)} ms · max ${fmt(l.e2e.max, 1)} ms (${fmt(l.delivered)}/${fmt(l.sent)} delivered${l.failures ? `, ${l.failures} emit failures` : ""})`,
-      `emit→202: p50 ${fmt(l.ack.p50, 1)} ms · p99 ${fmt(l.ack.p99, 1)} ms${unitCost(l.cost, "event, emit + delivery")} → the daemon alone needs ≈${fmt(((daemonUs(l.cost) ?? 0) * l.rate) / 10_000)} % of one core at this rate`,
+      `emit→202: p50 ${fmt(l.ack.p50, 1)} ms · p99 ${fmt(l.ack.p99, 1)} ms${unitCost(l.cost, "event, emit + delivery")} → the daemon alone needs ≈${fmt(((daemonUs(l.cost) ?? 0) * l.rate) / 10_000)} % of one core at this rate${bullAt(l, r.bullLatency)}`,
       "—",
       l.rate === 1000 && l.batch === 1 ? "p99 < 50 ms" : "(info)",
       l.rate === 1000 && l.batch === 1
@@ -248,7 +256,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
       `Backlog of ${fmt(S.backlog)} events pre-loaded through an API-only daemon, then drained by the daemon (DELIVERY_CONCURRENCY ${S.deliveryConcurrency}); ` +
       `the BullMQ baseline adds the same number of jobs, then starts a Worker (concurrency ${S.deliveryConcurrency}); rate = deliveries between the first and last arrival. ` +
       `Latency phases: open loop (requests sent on a 1 ms timer schedule whatever the answers), ${S.durationS} s each, latency = arrival at the receiver − send time of the request carrying the event; ` +
-      `pacer max lag ${r.latency.map((l) => `${fmt(l.maxLagMs, 1)} ms`).join(" / ") || "n/a"}; the target is judged on single emits at 1,000/s. ` +
+      `pacer max lag ${r.latency.map((l) => `${fmt(l.maxLagMs, 1)} ms`).join(" / ") || "n/a"}; the target is judged on single emits at 1,000/s; before those runs, plain BullMQ is paced at the same rate (the bench process calls Queue.add per job, the worker child of the drain baseline POSTs) as the reference of what BullMQ and undici alone achieve here. ` +
       "Daemon, baselines and redis-server run as separate processes; the load generator and the webhook receiver share the bench process (“bench” CPU). " +
       "“other” is CPU used by unrelated processes on the machine during the phase: when it is high the absolute figures are depressed, the per-unit CPU costs much less so. " +
       `Source runtime: the daemon runs with SOURCE_HTTP_RATE_PER_SECOND=100000 (the schema's maximum, so the per-source rate limit does not bind) and TIMER_MIN_INTERVAL_SECONDS=1; ` +

@@ -23,7 +23,7 @@ import { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { FANOUT_GROUP } from "../src/events/fanout.js";
 import { createKeys } from "../src/store/keys.js";
-import { bullmqBaseline, drainResult, koaBaseline } from "./baselines.js";
+import { bullmqBaseline, bullmqLatencyBaseline, drainResult, koaBaseline } from "./baselines.js";
 import { cpuMsOf } from "./cpu.js";
 import { apiData, buildDaemon, type DaemonProcess, type Deployment, startDaemonProcess, startDeployment } from "./daemon-process.js";
 import { type ClosedLoopResult, hammer, openLoop, smallEvent } from "./load.js";
@@ -323,6 +323,22 @@ async function main(): Promise<Results> {
     const runs = LATENCY_RUNS
       ? [...LATENCY_RUNS].map((r) => ({ rate: Number(r.split("x")[0]), batch: Number(r.split("x")[1] ?? 1) }))
       : S.latency;
+    // The judged rate, once more with plain BullMQ alone (the Tributary daemon idles meanwhile).
+    const judgedRun = runs.find((r) => r.rate === 1000 && r.batch === 1);
+    if (judgedRun) {
+      log(`plain BullMQ at ${judgedRun.rate} jobs/s for ${S.durationS}s (Queue.add one by one -> worker -> undici)`);
+      results.bullLatency = await bullmqLatencyBaseline({
+        redisUrl: redisServer.url,
+        redisPid: redisServer.pid,
+        receiver,
+        rate: judgedRun.rate,
+        durationMs: S.durationS * 1000,
+        concurrency: S.deliveryConcurrency,
+        seqBase: 90_000_000,
+      });
+      const b = results.bullLatency;
+      log(`  p50 ${fmt(b.e2e.p50, 1)} ms, p99 ${fmt(b.e2e.p99, 1)} ms, delivered ${b.delivered}/${b.sent}`);
+    }
     for (const [index, { rate, batch }] of runs.entries()) {
       log(`emit-to-delivered at ${rate} events/s for ${S.durationS}s (${batch} event(s)/request)`);
       receiver.reset();
