@@ -1,6 +1,6 @@
 import { EventEmitter } from "node:events";
 import type { IncomingHttpHeaders } from "node:http";
-import { type Agent, request } from "undici";
+import type { Agent } from "undici";
 import type { AttemptErrorKind } from "../domain/delivery-outcome.js";
 import { isDestinationRefused, someInChain } from "../net/errors.js";
 
@@ -66,8 +66,11 @@ export function createSender(options: SenderOptions): Sender {
     }, options.timeoutMs);
     inFlight.add(abort);
     try {
-      const res = await request(req.url, {
-        dispatcher: options.agent,
+      const target = targetOf(req.url);
+      // The dispatcher's own request API: the URL is parsed once per distinct URL, not per attempt.
+      const res = await options.agent.request({
+        origin: target.origin,
+        path: target.path,
         method: "POST",
         body: req.body,
         headers: withContentType(req.headers),
@@ -77,8 +80,11 @@ export function createSender(options: SenderOptions): Sender {
         bodyTimeout: options.timeoutMs,
       });
       // Once the status line is in, the receiver has answered; a body that stalls or breaks
-      // afterwards only shortens the snippet, it does not turn the answer into a failure.
-      const responseSnippet = await readSnippet(res.body);
+      // afterwards only shortens the snippet, it does not turn the answer into a failure. A 2xx
+      // body is drained unread; only a failure's body is worth keeping.
+      let responseSnippet = "";
+      if (res.statusCode >= 200 && res.statusCode < 300) await res.body.dump({ limit: DRAIN_LIMIT_BYTES }).catch(() => undefined);
+      else responseSnippet = await readSnippet(res.body);
       return {
         statusCode: res.statusCode,
         retryAfter: headerValue(res.headers["retry-after"]) ?? null,
@@ -111,6 +117,20 @@ export function createSender(options: SenderOptions): Sender {
 
   return { send, close };
 }
+
+/** origin + path of a delivery URL, parsed once per distinct URL (a webhook's URL rarely changes). */
+function targetOf(url: string): { origin: string; path: string } {
+  let t = parsedTargets.get(url);
+  if (t === undefined) {
+    const u = new URL(url);
+    t = { origin: u.origin, path: `${u.pathname}${u.search}` };
+    if (parsedTargets.size >= MAX_PARSED_TARGETS) parsedTargets.clear();
+    parsedTargets.set(url, t);
+  }
+  return t;
+}
+const parsedTargets = new Map<string, { origin: string; path: string }>();
+const MAX_PARSED_TARGETS = 10_000;
 
 /** Why an attempt got no response, for `classifyAttempt`. */
 export function classifySendError(err: unknown): AttemptErrorKind {

@@ -64,10 +64,10 @@ function expectError(r: SendResult): Extract<SendResult, { errorKind: string }> 
 }
 
 describe("sender", () => {
-  it("POSTs the body as JSON with the given headers and reports a 200", async () => {
+  it("POSTs the body as JSON with the given headers and reports a 200 (its body drained, not kept)", async () => {
     const rx = await receiver((_req, res) => res.end("thanks"));
     const r = expectResponse(await sender().send({ ...payload, url: rx.url() }));
-    expect(r).toMatchObject({ statusCode: 200, retryAfter: null, responseSnippet: "thanks" });
+    expect(r).toMatchObject({ statusCode: 200, retryAfter: null, responseSnippet: "" });
     expect(r.durationMs).toBeGreaterThanOrEqual(0);
     expect(rx.got).toHaveLength(1);
     expect(rx.got[0]).toMatchObject({ method: "POST", url: "/hook", body: '{"hello":"world"}' });
@@ -119,10 +119,15 @@ describe("sender", () => {
     });
   });
 
-  it(`keeps only the first ${RESPONSE_SNIPPET_BYTES} bytes of a large body`, async () => {
-    const rx = await receiver((_req, res) => res.end("a".repeat(200_000)));
-    const r = expectResponse(await sender().send({ ...payload, url: rx.url() }));
-    expect(r.responseSnippet).toBe("a".repeat(RESPONSE_SNIPPET_BYTES));
+  it(`keeps only the first ${RESPONSE_SNIPPET_BYTES} bytes of a large failure body, and gets through a large 2xx body`, async () => {
+    const failing = await receiver((_req, res) => {
+      res.statusCode = 502;
+      res.end("a".repeat(200_000));
+    });
+    const r = expectResponse(await sender().send({ ...payload, url: failing.url() }));
+    expect(r).toMatchObject({ statusCode: 502, responseSnippet: "a".repeat(RESPONSE_SNIPPET_BYTES) });
+    const ok = await receiver((_req, res) => res.end("a".repeat(200_000)));
+    expect(expectResponse(await sender().send({ ...payload, url: ok.url() }))).toMatchObject({ statusCode: 200, responseSnippet: "" });
   });
 
   it("times out a server that does not answer in time", async () => {
@@ -137,14 +142,27 @@ describe("sender", () => {
     expect(Date.now() - started).toBeLessThan(3_000);
   });
 
-  it("counts an answer whose body stalls past the timeout as answered, keeping what arrived", async () => {
+  it.each([200, 500])("counts a %i whose body stalls past the timeout as answered, keeping what arrived of a failure", async (status) => {
     const rx = await receiver((_req, res) => {
-      res.writeHead(200);
+      res.writeHead(status);
       res.write("partial");
       // The body never ends.
     });
     const r = expectResponse(await sender({ timeoutMs: 300 }).send({ ...payload, url: rx.url() }));
-    expect(r).toMatchObject({ statusCode: 200, responseSnippet: "partial" });
+    expect(r).toMatchObject({ statusCode: status, responseSnippet: status === 200 ? "" : "partial" });
+  });
+
+  it("sends the query string of the URL and reaches several URLs of one origin", async () => {
+    const rx = await receiver();
+    const s = sender();
+    for (const path of ["/hook?token=a%20b&x=1", "/other", "/hook?token=a%20b&x=1"]) {
+      expectResponse(await s.send({ ...payload, url: rx.url(path) }));
+    }
+    expect(rx.got.map((g) => g.url)).toEqual(["/hook?token=a%20b&x=1", "/other", "/hook?token=a%20b&x=1"]);
+  });
+
+  it("reports a malformed URL as an error, not a throw", async () => {
+    expect(expectError(await sender().send({ ...payload, url: "http://" })).errorKind).toBe("other");
   });
 
   it("reports a closed port as a connection error", async () => {
