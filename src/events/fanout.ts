@@ -86,6 +86,9 @@ export class FanoutWorker {
 
   async start(): Promise<void> {
     await this.ensureGroup();
+    // Listed in XINFO CONSUMERS from the start (a blocked XREADGROUP on an empty outbox does not
+    // register it), so operators and the bench can see which processes consume.
+    await this.d.redis.xgroup("CREATECONSUMER", this.d.keys.outbox(), FANOUT_GROUP, this.d.consumer);
     this.running = true;
     this.loop = this.run();
   }
