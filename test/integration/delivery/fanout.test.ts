@@ -220,6 +220,60 @@ describe("fan-out redo", () => {
   });
 });
 
+describe("delivery worker: attempt record reads", () => {
+  it("reads the record of a job taken over from a dead worker, and sends nothing when it was delivered", async () => {
+    const userId = newUserId();
+    const path = `/takeover-${randomBytes(4).toString("hex")}`;
+    const hook = await new WebhookStore(w.ctx).create(userId, {
+      url: rx.url(path),
+      name: null,
+      description: null,
+      signingSecret: `whsec_${randomBytes(24).toString("base64")}`,
+    });
+    const job = (deliveryId: string, eventId: string) => ({
+      userId,
+      deliveryId,
+      listenerKind: "webhook" as const,
+      listenerId: hook.id,
+      emitterId: "p_takeover",
+      channel: "",
+      eventId,
+      payload: JSON.stringify({ deliveryId }),
+      acceptedAtMs: Date.now(),
+    });
+    // Two deliveries the log already holds as delivered (their worker died before finishing the job).
+    const [started, fresh] = ["d_takeoverstarted0001", "d_takeoverfresh000001"];
+    for (const [id, eventId] of [
+      [started, "1-1"],
+      [fresh, "1-2"],
+    ] as const) {
+      const { payload, ...rest } = job(id, eventId);
+      await w.attemptLog.upsert(
+        {
+          id,
+          user_id: userId,
+          listener_id: hook.id,
+          listener_kind: "webhook",
+          event_id: eventId,
+          emitter_id: rest.emitterId,
+          event_name: "",
+          payload,
+          accepted_at_ms: rest.acceptedAtMs,
+        },
+        { status: "delivered", attempt: { at: new Date().toISOString(), status_code: 200, duration_ms: 1, error: null } },
+      );
+    }
+    // The one BullMQ saw start before (attemptsStarted > 0 once it runs again) is checked against the
+    // log; a job on its first clean attempt is not (its record cannot exist but for this contrived case).
+    await w.deliveryQueue.add("webhook", job(started, "1-1"), { jobId: started });
+    await w.redis.hset(`${w.keys.bullPrefix}:${QUEUES.delivery}:${started}`, "ats", 1);
+    await w.deliveryQueue.add("webhook", job(fresh, "1-2"), { jobId: fresh });
+    deliveryWorker().start();
+    await waitFor(async () => (await w.deliveryQueue.getJobCounts("completed")).completed === 2, { what: "both jobs to complete" });
+    expect(rx.to(path).map((r) => r.headers["webhook-id"])).toEqual([fresh]);
+  });
+});
+
 describe("record without listeners", () => {
   it("writes the summary but no outbox entry for an emitter nobody subscribes to, on any channel", async () => {
     const userId = newUserId();
