@@ -10,6 +10,30 @@ import type { EmitterKind, OutboxEntry } from "./store.js";
 
 export const FANOUT_GROUP = "fanout";
 
+/**
+ * Drops consumers of the fan-out group that hold no pending entry and have not touched the outbox
+ * for ARGV[2] ms (processes that stopped or died: every start registers a new consumer). The
+ * pending check and the deletion are one atomic step, so no entry can be dropped with its
+ * consumer; a live consumer deleted anyway would be registered again by its next read.
+ * KEYS[1] outbox; ARGV[1] group, ARGV[2] minimum idle ms, ARGV[3] the caller's consumer (kept).
+ */
+const PRUNE_CONSUMERS_LUA = `
+local removed = 0
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local f = {}
+  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
+  if f['name'] ~= ARGV[3] and tonumber(f['pending']) == 0 and tonumber(f['idle']) >= tonumber(ARGV[2]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
+    removed = removed + 1
+  end
+end
+return removed
+`;
+
+/** How often a fan-out worker prunes, and how long a consumer must have been idle to go. */
+const PRUNE_EVERY_MS = 10 * 60_000;
+const PRUNE_IDLE_MS = 60 * 60_000;
+
 /** Deterministic id of the delivery of one event to one listener: a redone fan-out yields the same id. */
 export function deliveryIdFor(e: Pick<OutboxEntry, "userId" | "emitterId" | "channel" | "eventId">, listenerId: string): string {
   const h = hash("sha256", `${e.userId}|${e.emitterId}|${e.channel}|${e.eventId}|${listenerId}`, "hex");
@@ -74,8 +98,17 @@ export class FanoutWorker {
   private running = false;
   private loop?: Promise<void>;
   private lastClaim = 0;
+  private lastPrune = 0;
 
-  constructor(private readonly d: FanoutDeps) {}
+  constructor(private readonly d: FanoutDeps) {
+    if (!("tribPruneConsumers" in d.redis)) d.redis.defineCommand("tribPruneConsumers", { numberOfKeys: 1, lua: PRUNE_CONSUMERS_LUA });
+  }
+
+  /** Removes consumers idle for `minIdleMs` with nothing pending (see PRUNE_CONSUMERS_LUA); returns how many. */
+  async pruneConsumers(minIdleMs = PRUNE_IDLE_MS): Promise<number> {
+    // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
+    return (this.d.redis as any).tribPruneConsumers(this.d.keys.outbox(), FANOUT_GROUP, minIdleMs, this.d.consumer);
+  }
 
   /** Creates the consumer group (from the start of the outbox, so nothing added earlier is missed). */
   private async ensureGroup(): Promise<void> {
@@ -102,6 +135,11 @@ export class FanoutWorker {
         if (Date.now() - this.lastClaim > Math.min(this.d.claimIdleMs, 5000)) {
           this.lastClaim = Date.now();
           await this.reclaim();
+        }
+        if (Date.now() - this.lastPrune > PRUNE_EVERY_MS) {
+          this.lastPrune = Date.now();
+          const removed = await this.pruneConsumers();
+          if (removed > 0) logger.info({ removed }, "fan-out: removed consumers of stopped processes");
         }
         // XACK + XDEL of the previous round and the next XREADGROUP share one round trip; Redis
         // runs them in order, so an entry is acknowledged only after its jobs were added.

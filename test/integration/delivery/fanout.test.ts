@@ -349,6 +349,33 @@ describe("fan-out takeover", () => {
   });
 });
 
+describe("fan-out consumers", () => {
+  const consumers = async () =>
+    ((await w.redis.xinfo("CONSUMERS", w.keys.outbox(), FANOUT_GROUP)) as string[][]).map((c) => ({ name: c[1], pending: Number(c[3]) }));
+
+  it("registers itself at start and prunes idle consumers of stopped processes, never one with pending entries", async () => {
+    await createGroup();
+    // A stopped process that read nothing, and a dead one that left an entry pending.
+    await w.redis.xgroup("CREATECONSUMER", w.keys.outbox(), FANOUT_GROUP, "stopped-consumer");
+    const userId = newUserId();
+    await w.subscriptions.create(userId, "p_prune", "wh_listener0001", "");
+    await recordEvents(userId, "p_prune", 1);
+    await w.redis.xreadgroup("GROUP", FANOUT_GROUP, "dead-consumer", "COUNT", 10, "STREAMS", w.keys.outbox(), ">");
+
+    const f = fanout("live-consumer", 60_000);
+    await f.start();
+    expect((await consumers()).map((c) => c.name).sort()).toEqual(["dead-consumer", "live-consumer", "stopped-consumer"]);
+    // Idle for an hour: none yet.
+    expect(await f.pruneConsumers()).toBe(0);
+    // Idle at all: the stopped one goes; the dead one keeps its pending entry for takeover, and the caller stays.
+    expect(await f.pruneConsumers(0)).toBe(1);
+    expect(await consumers()).toEqual([
+      { name: "dead-consumer", pending: 1 },
+      { name: "live-consumer", pending: 0 },
+    ]);
+  });
+});
+
 // ---------------------------------------------------------------------------------------------
 // Property: subscription matching equals a reference model
 
