@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
-import { inject } from "vitest";
+import { afterAll, beforeAll, inject } from "vitest";
 
 /** The Redis URL found by the global setup. */
 export function redisUrl(): string {
@@ -25,4 +25,35 @@ export async function dropPrefix(redis: Redis, prefix: string): Promise<void> {
     cursor = next;
     if (keys.length > 0) await redis.unlink(...keys);
   } while (cursor !== "0");
+}
+
+/**
+ * One private key space shared by several simulated processes within a test file: `connect()`
+ * hands out connections (each "process" takes its own), `redis` is a spare one for the test's own
+ * reads and writes. Every connection is closed and the keys dropped after the file.
+ */
+export function sharedKeySpace(): { prefix: string; connect: () => Redis; redis: () => Redis } {
+  const prefix = testPrefix();
+  const connections: Redis[] = [];
+  let spare: Redis | undefined;
+  const connect = () => {
+    const c = connectRedis();
+    connections.push(c);
+    return c;
+  };
+  beforeAll(() => {
+    spare = connect();
+  });
+  afterAll(async () => {
+    if (spare) await dropPrefix(spare, prefix);
+    for (const c of connections) c.disconnect();
+  });
+  return {
+    prefix,
+    connect,
+    redis: () => {
+      if (!spare) throw new Error("sharedKeySpace().redis() is available from beforeAll on");
+      return spare;
+    },
+  };
 }

@@ -1,40 +1,32 @@
 import { randomBytes } from "node:crypto";
 import type { Redis } from "ioredis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../../../src/observability/logger.js";
 import { AuthCache } from "../../../src/store/auth-cache.js";
 import { createKeys } from "../../../src/store/keys.js";
 import { UserStore } from "../../../src/store/users.js";
 import { waitFor } from "../../helpers/receiver.js";
-import { connectRedis, dropPrefix, testPrefix } from "../../helpers/redis.js";
+import { sharedKeySpace } from "../../helpers/redis.js";
 
 /**
  * The API-key cache against a real Redis: two "processes" (each its own UserStore, AuthCache and
  * subscriber connection) share one key space, as two API processes would.
  */
-const prefix = testPrefix();
-const keys = createKeys(prefix);
+const space = sharedKeySpace();
+const keys = createKeys(space.prefix);
 const logger = createLogger("silent");
-const connections: Redis[] = [];
 let redis: Redis;
 
 function process_() {
-  const conn = connectRedis();
-  const subscriber = connectRedis();
-  connections.push(conn, subscriber);
+  const conn = space.connect();
+  const subscriber = space.connect();
   const store = new UserStore({ redis: conn, keys, now: Date.now, randomBytes });
   const cache = new AuthCache(store, { subscriber, channel: keys.apiKeyRevocations(), logger });
   return { store, cache, subscriber };
 }
 
 beforeAll(() => {
-  redis = connectRedis();
-  connections.push(redis);
-});
-
-afterAll(async () => {
-  await dropPrefix(redis, prefix);
-  for (const c of connections) c.disconnect();
+  redis = space.redis();
 });
 
 const newUser = (store: UserStore) =>

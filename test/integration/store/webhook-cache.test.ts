@@ -1,28 +1,26 @@
 import { randomBytes } from "node:crypto";
 import type { Redis } from "ioredis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../../../src/observability/logger.js";
 import { createKeys } from "../../../src/store/keys.js";
 import { UserStore } from "../../../src/store/users.js";
 import { WebhookCache } from "../../../src/store/webhook-cache.js";
 import { WebhookStore } from "../../../src/store/webhooks.js";
 import { waitFor } from "../../helpers/receiver.js";
-import { connectRedis, dropPrefix, testPrefix } from "../../helpers/redis.js";
+import { sharedKeySpace } from "../../helpers/redis.js";
 
 /**
  * The delivery worker's webhook cache against a real Redis: two "processes" (each its own stores,
  * WebhookCache and subscriber connection) share one key space, as an API and a worker process would.
  */
-const prefix = testPrefix();
-const keys = createKeys(prefix);
+const space = sharedKeySpace();
+const keys = createKeys(space.prefix);
 const logger = createLogger("silent");
-const connections: Redis[] = [];
 let redis: Redis;
 
 function process_() {
-  const conn = connectRedis();
-  const subscriber = connectRedis();
-  connections.push(conn, subscriber);
+  const conn = space.connect();
+  const subscriber = space.connect();
   const ctx = { redis: conn, keys, now: Date.now, randomBytes };
   const webhooks = new WebhookStore(ctx);
   const cache = new WebhookCache(webhooks, { subscriber, channel: keys.webhookChanges(), logger });
@@ -30,13 +28,7 @@ function process_() {
 }
 
 beforeAll(() => {
-  redis = connectRedis();
-  connections.push(redis);
-});
-
-afterAll(async () => {
-  await dropPrefix(redis, prefix);
-  for (const c of connections) c.disconnect();
+  redis = space.redis();
 });
 
 const newHook = (store: WebhookStore, userId: string) =>
