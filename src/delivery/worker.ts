@@ -1,5 +1,5 @@
 import { type Job, Worker, type ConnectionOptions } from "bullmq";
-import { classifyAttempt, type Outcome } from "../domain/delivery-outcome.js";
+import { classifyAttempt, describeAnswer, type Outcome } from "../domain/delivery-outcome.js";
 import { signPayload } from "../domain/signing.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
@@ -200,7 +200,8 @@ export class DeliveryWorker {
           at: new Date(startedMs).toISOString(),
           status_code: "statusCode" in result ? result.statusCode : null,
           duration_ms: Math.round(result.durationMs),
-          error: "error" in result ? result.error : outcome.kind === "delivered" ? null : outcome.reason,
+          error:
+            "error" in result ? result.error : outcome.kind === "delivered" ? null : describeAnswer(outcome.reason, result.responseSnippet),
         },
       },
       known,

@@ -121,3 +121,19 @@ export function parseRetryAfterMs(header: string | null | undefined, nowMs: numb
 function assertNever(value: never): never {
   throw new Error(`unhandled case: ${JSON.stringify(value)}`);
 }
+
+/** Characters of a failed answer's body kept in the attempt log's `error`. */
+export const ANSWER_EXCERPT_CHARS = 200;
+
+/**
+ * The attempt log's `error` for an answer that was not a success: the verdict, then the start of
+ * the response body (control characters folded to spaces), as webhook services show it so the
+ * owner can see what their endpoint said.
+ */
+export function describeAnswer(reason: string, body: string): string {
+  const excerpt = body
+    .replace(/[\u0000-\u001f\u007f]+/g, " ")
+    .trim()
+    .slice(0, ANSWER_EXCERPT_CHARS);
+  return excerpt ? `${reason}; response: ${excerpt}` : reason;
+}

@@ -1,6 +1,13 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { type AttemptInput, classifyAttempt, MAX_RETRY_AFTER_MS, parseRetryAfterMs } from "../../src/domain/delivery-outcome.js";
+import {
+  ANSWER_EXCERPT_CHARS,
+  type AttemptInput,
+  classifyAttempt,
+  describeAnswer,
+  MAX_RETRY_AFTER_MS,
+  parseRetryAfterMs,
+} from "../../src/domain/delivery-outcome.js";
 
 const SCHEDULE = [1_000, 60_000, 600_000];
 const NOW = Date.UTC(2024, 0, 1, 12, 0, 0);
@@ -164,5 +171,27 @@ describe("parseRetryAfterMs", () => {
     expect(parseRetryAfterMs("1.5", NOW)).toBeUndefined();
     expect(parseRetryAfterMs("2024-01-01", NOW)).toBeUndefined();
     expect(parseRetryAfterMs("not a date", NOW)).toBeUndefined();
+  });
+});
+
+describe("describeAnswer (the attempt log's error for a failed answer)", () => {
+  it("is the verdict alone for an empty or blank body", () => {
+    expect(describeAnswer("HTTP 500", "")).toBe("HTTP 500");
+    expect(describeAnswer("HTTP 500", " \r\n\t ")).toBe("HTTP 500");
+  });
+
+  it("adds the start of the body, control characters folded to spaces", () => {
+    expect(describeAnswer("HTTP 503", '{"error":\n"down"}\r\n')).toBe('HTTP 503; response: {"error": "down"}');
+  });
+
+  it(`keeps at most ${ANSWER_EXCERPT_CHARS} characters of the body`, () => {
+    fc.assert(
+      fc.property(fc.string({ maxLength: 2000 }), (body) => {
+        const error = describeAnswer("HTTP 500", body);
+        expect(error.startsWith("HTTP 500")).toBe(true);
+        expect(error.length).toBeLessThanOrEqual("HTTP 500; response: ".length + ANSWER_EXCERPT_CHARS);
+        expect(/[\u0000-\u001f\u007f]/.test(error)).toBe(false);
+      }),
+    );
   });
 });

@@ -319,6 +319,8 @@ describe("webhook deliveries", () => {
       expect(Number.isNaN(Date.parse(a.at))).toBe(false);
     }
     expect(failed.attempts[3]!.error).toMatch(/gave up after 4 attempts/);
+    // What the endpoint said comes along, as webhook services show it.
+    for (const a of failed.attempts) expect(a.error).toMatch(/; response: down for maintenance$/);
 
     healthy = true;
     const replay = await u.api.post(`/v1/webhooks/${w.id}/deliveries/${failed.id}/retry`);
