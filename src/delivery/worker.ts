@@ -72,10 +72,12 @@ export class DeliveryWorker {
   private readonly worker: Worker;
   private readonly now: () => number;
   private readonly random: () => number;
+  private readonly webhookReader: NonNullable<DeliveryWorkerDeps["webhookReader"]>;
 
   constructor(private readonly d: DeliveryWorkerDeps) {
     this.now = d.now ?? Date.now;
     this.random = d.random ?? Math.random;
+    this.webhookReader = d.webhookReader ?? d.webhooks;
     this.worker = new Worker(QUEUES.delivery, (job) => this.process(job), {
       connection: d.connection,
       prefix: d.prefix,
@@ -125,7 +127,7 @@ export class DeliveryWorker {
     const [record, target] = await Promise.all([
       mayBeRecorded ? this.d.attemptLog.get(data.userId, data.deliveryId) : undefined,
       kind === "webhook"
-        ? (this.d.webhookReader ?? this.d.webhooks).get(data.userId, data.listenerId).then((w) => this.webhookTarget(w))
+        ? this.webhookReader.get(data.userId, data.listenerId).then((w) => this.webhookTarget(w))
         : this.workflowTarget(data),
     ]);
     // A redone fan-out or a duplicate job finds the delivery already done: nothing to send.
