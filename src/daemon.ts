@@ -8,6 +8,7 @@ import { deliveryRoutes } from "./api/routes/deliveries.js";
 import { eventRoutes } from "./api/routes/events.js";
 import type { Config } from "./config/schema.js";
 import { AttemptLog } from "./delivery/attempt-log.js";
+import { DirectDelivery } from "./delivery/direct.js";
 import { createSender } from "./delivery/sender.js";
 import { DeliveryWorker } from "./delivery/worker.js";
 import { maxAttempts } from "./domain/retry-policy.js";
@@ -41,6 +42,9 @@ import { WebhookCache } from "./store/webhook-cache.js";
 import { UserStore } from "./store/users.js";
 import { WebhookStore } from "./store/webhooks.js";
 import { WorkflowStore } from "./store/workflows.js";
+
+/** How long fan-out waits for a direct-delivery slot before it queues the delivery instead. */
+const DIRECT_SLOT_WAIT_MS = 25;
 
 export interface Daemon {
   readonly server: Server | undefined;
@@ -160,20 +164,6 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   let deliveryWorker: DeliveryWorker | undefined;
   let maintenance: MaintenanceWorker | undefined;
   if (roles.has("worker")) {
-    fanout = new FanoutWorker({
-      blocking,
-      redis,
-      keys,
-      subscriptions: subscriptionStore,
-      deliveryQueue,
-      sourceRunQueue,
-      deliveryJobOptions: { attempts },
-      logger,
-      metrics,
-      consumer: `${process.pid}-${randomUUID().slice(0, 8)}`,
-      claimIdleMs: 15_000,
-    });
-    await fanout.start();
     // Webhooks are read from an in-process cache that webhook changes invalidate over pub/sub
     // (store/webhook-cache.ts).
     const webhookSubscriber = new Redis(opts.redisUrl, patient);
@@ -196,6 +186,35 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       metrics,
     });
     deliveryWorker.start();
+    // Fan-out makes first attempts itself while it has slots (delivery/direct.ts); retries and
+    // the overflow go through the delivery queue.
+    const worker = deliveryWorker;
+    const direct =
+      config.deliveryDirectConcurrency > 0
+        ? new DirectDelivery({
+            attemptFirst: (job) => worker.attemptFirst(job),
+            queue: deliveryQueue,
+            attempts,
+            concurrency: config.deliveryDirectConcurrency,
+            waitMs: DIRECT_SLOT_WAIT_MS,
+            logger,
+          })
+        : undefined;
+    fanout = new FanoutWorker({
+      blocking,
+      redis,
+      keys,
+      subscriptions: subscriptionStore,
+      deliveryQueue,
+      sourceRunQueue,
+      deliveryJobOptions: { attempts },
+      logger,
+      metrics,
+      consumer: `${process.pid}-${randomUUID().slice(0, 8)}`,
+      claimIdleMs: 15_000,
+      direct,
+    });
+    await fanout.start();
     maintenance = new MaintenanceWorker({ connection, prefix: keys.bullPrefix, events, logger });
     maintenance.start();
   }

@@ -34,6 +34,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     deliveryRetryScheduleMs: Object.freeze(e.DELIVERY_RETRY_SCHEDULE),
     deliveryTimeoutMs: e.DELIVERY_TIMEOUT_MS,
     deliveryConcurrency: e.DELIVERY_CONCURRENCY,
+    deliveryDirectConcurrency: e.DELIVERY_DIRECT_CONCURRENCY,
     deliveryLogLimit: e.DELIVERY_LOG_LIMIT,
     timerMinIntervalSeconds: e.TIMER_MIN_INTERVAL_SECONDS,
     bodyLimitBytes: e.BODY_LIMIT_BYTES,

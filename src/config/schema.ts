@@ -77,6 +77,8 @@ export const envSchema = z.object({
   DELIVERY_TIMEOUT_MS: int(100, 600_000).default(15_000),
   /** Concurrent delivery attempts per worker process. */
   DELIVERY_CONCURRENCY: int(1, 1000).default(64),
+  /** First attempts fan-out makes directly, in flight at once per worker process; 0 queues every delivery. */
+  DELIVERY_DIRECT_CONCURRENCY: int(0, 1000).default(64),
   /** Deliveries kept per webhook in the attempt log. */
   DELIVERY_LOG_LIMIT: int(10, 100_000).default(1000),
   /** Smallest accepted timer interval. */
@@ -134,6 +136,7 @@ export interface Config {
   readonly deliveryRetryScheduleMs: readonly number[];
   readonly deliveryTimeoutMs: number;
   readonly deliveryConcurrency: number;
+  readonly deliveryDirectConcurrency: number;
   readonly deliveryLogLimit: number;
   readonly timerMinIntervalSeconds: number;
   readonly bodyLimitBytes: number;

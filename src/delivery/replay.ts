@@ -1,6 +1,6 @@
 import type { Queue } from "bullmq";
 import { ConflictError, NotFoundError } from "../domain/errors.js";
-import { deliveryJobOpts } from "../events/fanout.js";
+import { deliveryJobOpts } from "../queue/job-options.js";
 import type { DeliveryJob } from "../queue/catalog.js";
 import type { AttemptLog } from "./attempt-log.js";
 

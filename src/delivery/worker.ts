@@ -118,12 +118,34 @@ export class DeliveryWorker {
 
   async process(job: Job): Promise<void> {
     const data = deliveryJob.parse(job.data);
-    const kind = data.listenerKind;
+    const prior = data.priorAttempts ?? 0;
     // The attempt record can only exist when this delivery may have been attempted before: a
-    // retry, a job taken over after its worker died (started more often than finished), a replay
-    // (a job id of its own) or a job re-added by a redone fan-out. A job's first clean attempt
-    // skips the read: its record is created when the attempt ends.
-    const mayBeRecorded = job.attemptsMade > 0 || (job.attemptsStarted ?? 0) > 1 || job.id !== data.deliveryId || data.redo === true;
+    // retry (of this job, or of a first attempt fan-out made directly), a job taken over after its
+    // worker died (started more often than finished), a replay (a job id of its own) or a job
+    // re-added by a redone fan-out. A job's first clean attempt skips the read: its record is
+    // created when the attempt ends.
+    const mayBeRecorded =
+      job.attemptsMade > 0 || prior > 0 || (job.attemptsStarted ?? 0) > 1 || job.id !== data.deliveryId || data.redo === true;
+    const outcome = await this.attempt(data, prior + job.attemptsMade + 1, mayBeRecorded);
+    if (outcome?.kind === "retry") throw new RetryLater(outcome.delayMs, outcome.reason);
+  }
+
+  /**
+   * A delivery's first attempt, made by fan-out without a queue round (delivery/direct.ts): the
+   * same lookups, signing, attempt log, metrics and verdict as a job's. Returns the verdict
+   * (undefined when nothing was sent: listener gone or inactive); on "retry" the caller queues
+   * the rest of the schedule.
+   */
+  attemptFirst(data: DeliveryJob): Promise<Outcome | undefined> {
+    return this.attempt(data, 1, false);
+  }
+
+  /**
+   * One attempt: `attempt` is its number in the retry schedule (1 = first). Records it, counts it
+   * and acts on the verdict; "retry" is left to the caller (BullMQ's backoff or a queued job).
+   */
+  private async attempt(data: DeliveryJob, attempt: number, mayBeRecorded: boolean): Promise<Outcome | undefined> {
+    const kind = data.listenerKind;
     const [record, target] = await Promise.all([
       mayBeRecorded ? this.d.attemptLog.get(data.userId, data.deliveryId) : undefined,
       kind === "webhook"
@@ -131,7 +153,7 @@ export class DeliveryWorker {
         : this.workflowTarget(data),
     ]);
     // A redone fan-out or a duplicate job finds the delivery already done: nothing to send.
-    if (record?.status === "delivered") return;
+    if (record?.status === "delivered") return undefined;
     if ("skip" in target) {
       this.d.metrics.deliveries.inc({
         listener_kind: kind,
@@ -139,7 +161,7 @@ export class DeliveryWorker {
       });
       this.d.logger.debug({ deliveryId: data.deliveryId, reason: target.skip }, "delivery skipped");
       // A deleted listener took its attempt log with it: nothing to record (or to resurrect).
-      if (target.why === "gone") return;
+      if (target.why === "gone") return undefined;
       await this.d.attemptLog.upsert(
         baseOf(data),
         {
@@ -148,11 +170,10 @@ export class DeliveryWorker {
         },
         record,
       );
-      return;
+      return undefined;
     }
-    // The retry budget is per job (a replay starts a fresh one); the header is numbered like the
-    // attempt log, so it matches the log across stalls and replays.
-    const attempt = job.attemptsMade + 1;
+    // The header is numbered like the attempt log, so it matches the log across stalls and
+    // replays (a replay starts a fresh retry budget but keeps counting in the log).
     const logged = record ? record.attempts.length + 1 : attempt;
     const nowMs = this.now();
     const timestamp = Math.floor(nowMs / 1000);
@@ -184,6 +205,7 @@ export class DeliveryWorker {
     });
     await this.log(data, nowMs, result, outcome, record);
     await this.act(data, outcome);
+    return outcome;
   }
 
   private async log(
@@ -219,7 +241,7 @@ export class DeliveryWorker {
         return;
       case "retry":
         this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "retry" });
-        throw new RetryLater(outcome.delayMs, outcome.reason);
+        return;
       case "give_up":
         this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "failed" });
         return;

@@ -1,9 +1,11 @@
 import { hash } from "node:crypto";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
+import type { DirectDelivery } from "../delivery/direct.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { DeliveryJob, SourceRunJob } from "../queue/catalog.js";
+import { deliveryJobOpts, SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
 import type { Keys } from "../store/keys.js";
 import type { SubscriptionRecord, SubscriptionStore } from "../store/subscriptions.js";
 import type { EmitterKind, OutboxEntry } from "./store.js";
@@ -85,6 +87,12 @@ export interface FanoutDeps {
   /** Pending entries idle longer than this are taken over from a dead consumer. */
   claimIdleMs: number;
   batchSize?: number;
+  /**
+   * Makes first attempts directly (delivery/direct.ts); without it every delivery is a queued
+   * job. Never used for entries taken over from a dead consumer: those are redone through the
+   * queue, which reads each delivery's attempt record first.
+   */
+  direct?: DirectDelivery;
 }
 
 type XEntries = [string, string[]][];
@@ -99,6 +107,15 @@ export class FanoutWorker {
   private loop?: Promise<void>;
   private lastClaim = 0;
   private lastPrune = 0;
+  private lastLease = 0;
+  /**
+   * Entries whose direct first attempts are in flight, with their settlement. They stay pending
+   * in the group (their idle time renewed, so no consumer takes them over) until it resolves.
+   */
+  private readonly held = new Map<string, Promise<void>>();
+  /** Held entries whose attempts settled, acknowledged together once this event-loop turn ends. */
+  private settled: string[] = [];
+  private readonly flushes = new Set<Promise<void>>();
 
   constructor(private readonly d: FanoutDeps) {
     if (!("tribPruneConsumers" in d.redis)) d.redis.defineCommand("tribPruneConsumers", { numberOfKeys: 1, lua: PRUNE_CONSUMERS_LUA });
@@ -135,6 +152,10 @@ export class FanoutWorker {
         if (Date.now() - this.lastClaim > Math.min(this.d.claimIdleMs, 5000)) {
           this.lastClaim = Date.now();
           await this.reclaim();
+        }
+        if (this.held.size > 0 && Date.now() - this.lastLease > this.d.claimIdleMs / 3) {
+          this.lastLease = Date.now();
+          await this.renewLease();
         }
         if (Date.now() - this.lastPrune > PRUNE_EVERY_MS) {
           this.lastPrune = Date.now();
@@ -175,8 +196,53 @@ export class FanoutWorker {
         await new Promise((r) => setTimeout(r, 500));
       }
     }
-    // Stopping: acknowledge the last round (if this fails, the entries are taken over and redone).
+    // Stopping: acknowledge the last round, let direct attempts in flight settle and acknowledge
+    // them (if this fails, the entries are taken over and redone).
     if (toAck.length > 0) await this.ack(toAck).catch(() => {});
+    await Promise.all(this.held.values());
+    await Promise.all(this.flushes);
+  }
+
+  /** Acknowledges settled entries, all of those of one event-loop turn in one write. */
+  private ackSettled(entryId: string): void {
+    this.settled.push(entryId);
+    if (this.settled.length > 1) return;
+    const flush = new Promise<void>((resolve) => setImmediate(resolve))
+      .then(() => {
+        const ids = this.settled;
+        this.settled = [];
+        return this.ack(ids);
+      })
+      .catch((err) => this.d.logger.warn({ err }, "fan-out: could not acknowledge delivered entries; they will be redone"))
+      .finally(() => this.flushes.delete(flush));
+    this.flushes.add(flush);
+  }
+
+  /** Resets the idle time of held entries (XCLAIM to ourselves, JUSTID: no delivery count). */
+  private async renewLease(): Promise<void> {
+    const ids = [...this.held.keys()];
+    for (let i = 0; i < ids.length; i += 500) {
+      await this.d.redis.xclaim(this.d.keys.outbox(), FANOUT_GROUP, this.d.consumer, 0, ...ids.slice(i, i + 500), "JUSTID");
+    }
+  }
+
+  /** Entries whose direct attempts are still in flight (for tests and the shutdown path). */
+  get heldCount(): number {
+    return this.held.size;
+  }
+
+  /**
+   * Keeps `entryId` pending until `attempts` settle; then it is acknowledged, or, if one of them could not be put in hand, left pending to be taken over and redone.
+   */
+  private hold(entryId: string, attempts: Promise<boolean>[]): void {
+    this.held.set(
+      entryId,
+      Promise.all(attempts).then((oks) => {
+        this.held.delete(entryId);
+        if (oks.every(Boolean)) this.ackSettled(entryId);
+        else this.d.logger.warn({ entryId }, "fan-out: a direct delivery could not be put in hand; the event will be redone");
+      }),
+    );
   }
 
   private async ack(ids: readonly string[]): Promise<void> {
@@ -225,6 +291,8 @@ export class FanoutWorker {
   private async fanOut(raw: XEntries, redo = false): Promise<string[]> {
     const { subscriptions, metrics } = this.d;
     const deliveries: DeliveryJob[] = [];
+    /** The outbox entry of each delivery (same index). */
+    const entryOf: string[] = [];
     const sourceRuns: { id: string; data: SourceRunJob }[] = [];
     const done: string[] = [];
     // First pass: parse, and collect the distinct (user, emitter, channel) lookups of the batch.
@@ -268,6 +336,7 @@ export class FanoutWorker {
           };
           if (redo) job.redo = true;
           deliveries.push(job);
+          entryOf.push(e.entryId);
         } else if (kind === "source") {
           sourceRuns.push({
             id: deliveryId.replace(/^d_/, "run_"),
@@ -288,13 +357,35 @@ export class FanoutWorker {
     }
     // One counter update per kind and batch (a labelled inc costs a label hash each time).
     for (const [kind, n] of Object.entries(jobsByKind)) if (n > 0) metrics.fanoutJobs.inc({ listener_kind: kind }, n);
-    if (deliveries.length === 1) {
+    // First attempts go direct while slots are free; the rest become queued jobs.
+    let queued = deliveries;
+    const direct = redo ? undefined : this.d.direct;
+    const attemptsOf = new Map<string, Promise<boolean>[]>();
+    if (direct && deliveries.length > 0) {
+      queued = [];
+      const directByKind = { webhook: 0, workflow: 0 };
+      for (let i = 0; i < deliveries.length; i++) {
+        const job = deliveries[i] as DeliveryJob;
+        const started = await direct.start(job);
+        if (!started) {
+          queued.push(job);
+          continue;
+        }
+        directByKind[job.listenerKind]++;
+        const entryId = entryOf[i] as string;
+        const list = attemptsOf.get(entryId);
+        if (list) list.push(started.settled);
+        else attemptsOf.set(entryId, [started.settled]);
+      }
+      for (const [kind, n] of Object.entries(directByKind)) if (n > 0) metrics.fanoutDirect.inc({ listener_kind: kind }, n);
+    }
+    if (queued.length === 1) {
       // One job: a single script call (addBulk wraps even one job in a MULTI pipeline).
-      const data = deliveries[0] as DeliveryJob;
+      const data = queued[0] as DeliveryJob;
       await this.d.deliveryQueue.add(data.listenerKind, data, deliveryJobOpts(this.d.deliveryJobOptions.attempts, data.deliveryId));
-    } else if (deliveries.length > 1) {
+    } else if (queued.length > 1) {
       await this.d.deliveryQueue.addBulk(
-        deliveries.map((data) => ({
+        queued.map((data) => ({
           name: data.listenerKind,
           data,
           opts: deliveryJobOpts(this.d.deliveryJobOptions.attempts, data.deliveryId),
@@ -306,8 +397,12 @@ export class FanoutWorker {
         sourceRuns.map((r) => ({ name: "event", data: r.data, opts: { jobId: r.id, ...SOURCE_RUN_JOB_OPTS } })),
       );
     }
-    // Only now is the work handed over: the caller may acknowledge and drop the entries.
-    return done;
+    // Only now is the work handed over: the caller may acknowledge and drop the entries, except
+    // those whose direct attempts are still in flight (acknowledged once these settle; if a job
+    // add above failed, none of them is held, and the whole batch is taken over and redone).
+    if (attemptsOf.size === 0) return done;
+    for (const [entryId, attempts] of attemptsOf) this.hold(entryId, attempts);
+    return done.filter((id) => !attemptsOf.has(id));
   }
 
   isRunning(): boolean {
@@ -320,24 +415,3 @@ export class FanoutWorker {
     await this.loop;
   }
 }
-
-/** BullMQ options of a delivery job (one literal: this runs once per delivery). */
-export function deliveryJobOpts(attempts: number, jobId: string) {
-  return {
-    jobId,
-    attempts,
-    backoff: DELIVERY_BACKOFF,
-    // Completed ids linger a while so a redone fan-out finds them and adds nothing twice.
-    removeOnComplete: DELIVERY_REMOVE_ON_COMPLETE,
-    removeOnFail: DELIVERY_REMOVE_ON_FAIL,
-  };
-}
-const DELIVERY_BACKOFF = { type: "tributary" } as const;
-const DELIVERY_REMOVE_ON_COMPLETE = { age: 600, count: 50_000 } as const;
-const DELIVERY_REMOVE_ON_FAIL = { age: 7 * 24 * 3600, count: 50_000 } as const;
-
-export const SOURCE_RUN_JOB_OPTS = {
-  attempts: 1,
-  removeOnComplete: { age: 600, count: 10_000 },
-  removeOnFail: { age: 24 * 3600, count: 10_000 },
-};

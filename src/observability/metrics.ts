@@ -28,7 +28,13 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
     }),
     fanoutJobs: new Counter({
       name: "tributary_fanout_deliveries_total",
-      help: "Delivery jobs created by fan-out, by listener kind",
+      help: "Deliveries created by fan-out (queued jobs and direct first attempts), by listener kind",
+      labelNames: ["listener_kind"] as const,
+      registers,
+    }),
+    fanoutDirect: new Counter({
+      name: "tributary_fanout_direct_deliveries_total",
+      help: "Deliveries whose first attempt fan-out made directly (no queue round), by listener kind",
       labelNames: ["listener_kind"] as const,
       registers,
     }),

@@ -39,6 +39,11 @@ export const deliveryJob = z.object({
    * done already, so the worker reads its attempt record first.
    */
   redo: z.literal(true).optional(),
+  /**
+   * Attempts made before this job existed: fan-out made the first attempt directly
+   * (delivery/direct.ts) and handed the retries to the queue. Counts toward the retry schedule.
+   */
+  priorAttempts: z.number().int().min(0).optional(),
 });
 export type DeliveryJob = z.infer<typeof deliveryJob>;
 

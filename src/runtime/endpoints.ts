@@ -1,7 +1,7 @@
 import type { Queue } from "bullmq";
 import type { Context, Middleware, Next } from "koa";
 import { NotFoundError, TooManyRequestsError } from "../domain/errors.js";
-import { SOURCE_RUN_JOB_OPTS } from "../events/fanout.js";
+import { SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
 import type { Logger } from "../observability/logger.js";
 import type { SourceRunJob } from "../queue/catalog.js";
 import type { ComponentService } from "../services/components.js";

@@ -1,0 +1,146 @@
+import type { Queue } from "bullmq";
+import type { Outcome } from "../domain/delivery-outcome.js";
+import type { Logger } from "../observability/logger.js";
+import type { DeliveryJob } from "../queue/catalog.js";
+import { deliveryJobOpts } from "../queue/job-options.js";
+
+/**
+ * A counting semaphore whose waits are bounded: `acquire` resolves false when no slot freed within
+ * the wait. Released slots go to the oldest waiter first.
+ */
+export class Slots {
+  private used = 0;
+  private readonly waiters: ((ok: boolean) => void)[] = [];
+
+  constructor(readonly size: number) {}
+
+  get inUse(): number {
+    return this.used;
+  }
+
+  tryAcquire(): boolean {
+    if (this.used >= this.size) return false;
+    this.used++;
+    return true;
+  }
+
+  /** A slot, waiting at most `waitMs` for one; false when none freed in time. */
+  acquire(waitMs: number): Promise<boolean> {
+    if (this.tryAcquire()) return Promise.resolve(true);
+    if (waitMs <= 0) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const waiter = (ok: boolean) => {
+        clearTimeout(timer);
+        resolve(ok);
+      };
+      const timer = setTimeout(() => {
+        const at = this.waiters.indexOf(waiter);
+        if (at >= 0) this.waiters.splice(at, 1);
+        resolve(false);
+      }, waitMs);
+      this.waiters.push(waiter);
+    });
+  }
+
+  release(): void {
+    const next = this.waiters.shift();
+    // The slot passes straight to the oldest waiter (the count stays as it is).
+    if (next) next(true);
+    else if (this.used > 0) this.used--;
+  }
+}
+
+export interface DirectDeliveryDeps {
+  /** Makes a delivery's first attempt and acts on its verdict (DeliveryWorker.attemptFirst). */
+  attemptFirst(job: DeliveryJob): Promise<Outcome | undefined>;
+  /** The delivery queue, where retries (and deliveries that could not go direct) continue. */
+  queue: Queue;
+  /** Attempts in the whole retry schedule (the first one included). */
+  attempts: number;
+  /** First attempts in flight at once (DELIVERY_DIRECT_CONCURRENCY). */
+  concurrency: number;
+  /** How long fan-out waits for a free slot before it queues the delivery instead. */
+  waitMs: number;
+  logger: Logger;
+}
+
+/**
+ * Direct delivery (docs/decisions.md "Direct first attempts"): fan-out makes a delivery's first
+ * attempt itself, in the worker process that read the event, instead of adding a BullMQ job and
+ * waiting for a worker to take it. The first attempt of a healthy destination is most of the
+ * traffic, and a queue round costs more CPU than the HTTP request it carries. Retries go to the
+ * delivery queue as jobs that carry the attempts already made, so the schedule, the attempt log
+ * and the headers continue where the first attempt stopped.
+ *
+ * The outbox entry stays pending in the consumer group until every direct attempt of its event
+ * settles (see FanoutWorker), so a process that dies mid-attempt leaves the entry to be taken over
+ * and redone through the queue: at least once, as before.
+ *
+ * Bounded: at most `concurrency` attempts in flight. When every slot is taken, fan-out waits up to
+ * `waitMs` for one and then queues the delivery; after a wait ran out it queues at once until a
+ * slot frees, so a slow destination that holds the slots cannot slow fan-out down for everyone.
+ */
+export class DirectDelivery {
+  private readonly slots: Slots;
+  /** A wait ran out and no slot has freed since: do not wait again. */
+  private saturated = false;
+
+  constructor(private readonly d: DirectDeliveryDeps) {
+    this.slots = new Slots(d.concurrency);
+  }
+
+  /** First attempts in flight. */
+  get inFlight(): number {
+    return this.slots.inUse;
+  }
+
+  /**
+   * Starts `job`'s first attempt if a slot is (or soon becomes) free. Resolves undefined when there
+   * is none (the caller queues the job), else to the attempt's settlement: true once the delivery
+   * is in hand (delivered, given up, skipped, or its retries queued), false when it is not (Redis
+   * failed us; the outbox entry must stay pending to be redone).
+   */
+  async start(job: DeliveryJob): Promise<{ settled: Promise<boolean> } | undefined> {
+    if (!this.slots.tryAcquire()) {
+      if (this.saturated || !(await this.slots.acquire(this.d.waitMs))) {
+        this.saturated = true;
+        return undefined;
+      }
+    }
+    return { settled: this.run(job) };
+  }
+
+  private async run(job: DeliveryJob): Promise<boolean> {
+    try {
+      const outcome = await this.d.attemptFirst(job);
+      if (outcome?.kind === "retry") await this.queue(job, { priorAttempts: 1, delayMs: outcome.delayMs });
+      return true;
+    } catch (err) {
+      // The attempt may or may not have been made and recorded: the queue redoes it, reading the
+      // attempt record first.
+      this.d.logger.warn({ err, deliveryId: job.deliveryId }, "direct delivery failed; queueing it");
+      try {
+        await this.queue(job, { redo: true });
+        return true;
+      } catch (queueErr) {
+        this.d.logger.warn({ err: queueErr, deliveryId: job.deliveryId }, "could not queue a direct delivery; its event will be redone");
+        return false;
+      }
+    } finally {
+      this.saturated = false;
+      this.slots.release();
+    }
+  }
+
+  private async queue(job: DeliveryJob, how: { priorAttempts: 1; delayMs: number } | { redo: true }): Promise<void> {
+    if ("redo" in how) {
+      await this.d.queue.add(job.listenerKind, { ...job, redo: true }, deliveryJobOpts(this.d.attempts, job.deliveryId));
+      return;
+    }
+    await this.d.queue.add(
+      job.listenerKind,
+      { ...job, priorAttempts: how.priorAttempts },
+      { ...deliveryJobOpts(this.d.attempts - how.priorAttempts, job.deliveryId), delay: how.delayMs },
+    );
+  }
+}
