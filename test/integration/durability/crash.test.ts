@@ -35,19 +35,37 @@ const TOTAL_EVENTS = 2000;
  * sooner, by XAUTOCLAIM after 15 s idle.
  */
 const STALLED_RECOVERY_DEADLINE_MS = 95_000;
+/** The receiver path that answers after 150 ms. */
+const SLOW_PATH = "/crash-direct";
 /** Without a crashed worker, nothing has to wait for a stalled-job check. */
 const DRAIN_DEADLINE_MS = 30_000;
 
 let redis: EmbeddedRedis;
 let dataDir: string;
 let rx: Receiver;
+/** "<path> <event id>" of every request the receiver answered 200. */
+const answeredOk = new Set<string>();
+const seenOnSlowPath = new Set<string>();
 const conns: Redis[] = [];
 const queues: Queue[] = [];
 
 beforeAll(async () => {
   dataDir = mkdtempSync(path.join(os.tmpdir(), "tributary-crash-"));
   redis = await startEmbeddedRedis({ dir: path.join(dataDir, "shared") });
-  rx = await startReceiver(() => ({ status: 200 }));
+  // The direct-delivery crash test's endpoint answers slowly, and 500 to an event's first request:
+  // an attempt cut by the kill has arrived but not delivered anything, so only a redo delivers.
+  rx = await startReceiver(async (req) => {
+    const id = String(req.headers["x-tributary-event-id"]);
+    if (req.path === SLOW_PATH) {
+      await new Promise((r) => setTimeout(r, 150));
+      if (!seenOnSlowPath.has(id)) {
+        seenOnSlowPath.add(id);
+        return { status: 500 };
+      }
+    }
+    answeredOk.add(`${req.path} ${id}`);
+    return { status: 200 };
+  });
 });
 
 afterEach(async () => {
@@ -244,6 +262,7 @@ async function burst(opts: {
 }
 
 interface Tally {
+  /** Events the receiver answered 200 on the path. */
   unique: Set<string>;
   received: number;
 }
@@ -253,7 +272,7 @@ function tally(hookPath: string): Tally {
   const unique = new Set<string>();
   for (const r of reqs) {
     const id = r.headers["x-tributary-event-id"];
-    if (typeof id === "string") unique.add(id);
+    if (typeof id === "string" && answeredOk.has(`${hookPath} ${id}`)) unique.add(id);
   }
   return { unique, received: reqs.length };
 }
@@ -377,6 +396,57 @@ describe("at-least-once delivery across crashes (SPEC §6)", () => {
       drainMsFromReplacementStart: drainMs,
     });
   }, 120_000);
+
+  it("delivers every acknowledged event when the worker is SIGKILLed with direct first attempts in flight", async () => {
+    // Fan-out makes first attempts itself (DELIVERY_DIRECT_CONCURRENCY): the outbox entry of an
+    // attempt in flight stays pending until the attempt settles, so a worker killed mid-attempt
+    // leaves it to be taken over (XAUTOCLAIM after 15 s idle) and redone through the queue.
+    const prefix = `crd${randomBytes(3).toString("hex")}`;
+    const conn = connect(redis.url);
+    const total = 1000;
+    const [api, oldWorker] = await Promise.all([startApi(redis.url, prefix, "api"), startWorker(redis.url, prefix, "worker-1", conn)]);
+    let newWorker: DaemonChild | undefined;
+    let newWorkerAt = 0;
+    const p = await provision(api.url, SLOW_PATH);
+    let atKill: Awaited<ReturnType<typeof inFlight>> | undefined;
+    const res = await burst({
+      plan: burstPlan(total),
+      apiKey: p.apiKey,
+      apiUrl: () => api.url,
+      workflowId: p.workflowId,
+      gates: [
+        {
+          atEvents: total / 2,
+          step: async () => {
+            await waitFor(() => tally(SLOW_PATH).received >= 50, { timeoutMs: 20_000, what: "the first 50 deliveries" });
+            atKill = await inFlight(conn, prefix);
+            await oldWorker.kill("SIGKILL");
+            newWorkerAt = Date.now();
+            newWorker = await startWorker(redis.url, prefix, "worker-2", conn);
+          },
+        },
+      ],
+    });
+    expect(res.failedRequests, res.firstFailure).toBe(0);
+    // The kill landed while outbox entries were read and not yet acknowledged: attempts in flight.
+    expect(atKill?.outboxReadNotAcked).toBeGreaterThan(0);
+    const { drainMs, tally: t } = await expectAllDelivered(
+      SLOW_PATH,
+      res.acked,
+      { since: newWorkerAt, deadlineMs: STALLED_RECOVERY_DEADLINE_MS },
+      (missing) => whereAre(missing, conn, prefix, p),
+      () => [api.logs(), oldWorker.logs(), newWorker?.logs()].join("\n"),
+    );
+    report("worker SIGKILL, direct attempts in flight", {
+      acknowledged: res.acked.size,
+      deliveredUnique: t.unique.size,
+      received: t.received,
+      // Every event is answered 500 once: requests beyond two per event are the kill's duplicates.
+      duplicates: t.received - 2 * t.unique.size,
+      atKill,
+      drainMsFromReplacementStart: drainMs,
+    });
+  }, 150_000);
 
   it("delivers every event acknowledged before the api process was SIGKILLed mid-burst", async () => {
     const prefix = `cra${randomBytes(3).toString("hex")}`;
