@@ -6,6 +6,7 @@ import { Registry } from "prom-client";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { AttemptLog } from "../../../src/delivery/attempt-log.js";
 import { createSender } from "../../../src/delivery/sender.js";
+import { DirectDelivery, type DirectDeliveryDeps } from "../../../src/delivery/direct.js";
 import { DeliveryWorker } from "../../../src/delivery/worker.js";
 import { deliveryIdFor, FANOUT_GROUP, FanoutWorker, uniqueListeners } from "../../../src/events/fanout.js";
 import { EventStore } from "../../../src/events/store.js";
@@ -79,10 +80,10 @@ afterEach(async () => {
 /** The registry of the last fan-out worker built by `fanout()`. */
 let fanoutRegistry = new Registry();
 
-function fanout(consumer: string, claimIdleMs = 15_000): FanoutWorker {
+function fanout(consumer: string, claimIdleMs = 15_000, direct?: DirectDelivery, blocking = w.blocking): FanoutWorker {
   fanoutRegistry = new Registry();
   const f = new FanoutWorker({
-    blocking: w.blocking,
+    blocking,
     redis: w.redis,
     keys: w.keys,
     subscriptions: w.subscriptions,
@@ -93,14 +94,15 @@ function fanout(consumer: string, claimIdleMs = 15_000): FanoutWorker {
     metrics: createMetrics(fanoutRegistry),
     consumer,
     claimIdleMs,
+    direct,
   });
   w.closers.push(() => f.close());
   return f;
 }
 
-function deliveryWorker(): DeliveryWorker {
+function deliveryWorker(timeoutMs = 2_000): DeliveryWorker {
   const agent = createGuardedAgent({ allowPrivate: true });
-  const sender = createSender({ agent, timeoutMs: 2_000 });
+  const sender = createSender({ agent, timeoutMs });
   const connection = w.redis.duplicate();
   const worker = new DeliveryWorker({
     connection,
@@ -217,6 +219,171 @@ describe("fan-out redo", () => {
         .map((r) => r.headers["x-tributary-event-id"])
         .sort(),
     ).toEqual([...ids].sort());
+  });
+});
+
+/** Direct delivery through `worker` (its attemptFirst, unless `attemptFirst` replaces it). */
+function direct(
+  worker: DeliveryWorker,
+  opts: { concurrency?: number; waitMs?: number; attemptFirst?: DirectDeliveryDeps["attemptFirst"] } = {},
+) {
+  return new DirectDelivery({
+    attemptFirst: opts.attemptFirst ?? ((job) => worker.attemptFirst(job)),
+    queue: w.deliveryQueue,
+    attempts: 4,
+    concurrency: opts.concurrency ?? 8,
+    waitMs: opts.waitMs ?? 25,
+    logger,
+  });
+}
+
+/** A user with a signed webhook at `path` on the receiver, subscribed to `emitter`. */
+async function hookedUser(path: string, emitter: string) {
+  const userId = newUserId();
+  const hook = await new WebhookStore(w.ctx).create(userId, {
+    url: rx.url(path),
+    name: null,
+    description: null,
+    signingSecret: `whsec_${randomBytes(24).toString("base64")}`,
+  });
+  await w.subscriptions.create(userId, emitter, hook.id, "");
+  await createGroup();
+  const deliveryOf = (eventId: string) => deliveryIdFor({ userId, emitterId: emitter, channel: "", eventId }, hook.id);
+  return { userId, hook, deliveryOf };
+}
+
+const outboxPending = async () => Number(((await w.redis.xpending(w.keys.outbox(), FANOUT_GROUP)) as unknown[])[0] ?? 0);
+
+describe("direct first attempts (delivery/direct.ts)", () => {
+  it("makes the first attempt itself: delivered without a job, recorded, counted, and the entry acknowledged", async () => {
+    const path = `/direct-${randomBytes(4).toString("hex")}`;
+    const { userId, hook } = await hookedUser(path, "p_direct");
+    await fanout("direct", 15_000, direct(deliveryWorker())).start();
+    await recordEvents(userId, "p_direct", 3);
+    await rx.waitFor((r) => r.to(path).length === 3, { what: "3 deliveries" });
+    expect(rx.to(path).map((r) => r.headers["x-tributary-attempt"])).toEqual(["1", "1", "1"]);
+    await waitFor(async () => (await w.attemptLog.list(userId, hook.id, { limit: 10 })).data.every((d) => d.status === "delivered"), {
+      what: "3 delivered records",
+    });
+    const records = (await w.attemptLog.list(userId, hook.id, { limit: 10 })).data;
+    expect(records.map((d) => d.attempts.map((a) => a.status_code))).toEqual([[200], [200], [200]]);
+    // The BullMQ worker of deliveryWorker() never started: no job was needed.
+    expect(await jobIds(w.deliveryQueue)).toEqual([]);
+    await waitFor(async () => (await w.redis.xlen(w.keys.outbox())) === 0 && (await outboxPending()) === 0, {
+      what: "the outbox entries acknowledged and deleted",
+    });
+    const counted = (await fanoutRegistry.getSingleMetric("tributary_fanout_direct_deliveries_total")?.get())?.values;
+    expect(counted?.find((v) => v.labels.listener_kind === "webhook")?.value).toBe(3);
+  });
+
+  it("hands a failed first attempt to the queue, which goes on with attempt 2 of the schedule", async () => {
+    const path = `/direct-retry-${randomBytes(4).toString("hex")}`;
+    const { userId, hook, deliveryOf } = await hookedUser(path, "p_direct_retry");
+    rx.answer((req) => (req.path === path && req.nthOnPath === 1 ? { status: 500, body: "try later" } : { status: 200 }));
+    try {
+      const worker = deliveryWorker();
+      worker.start();
+      await fanout("direct-retry", 15_000, direct(worker)).start();
+      const [eventId] = await recordEvents(userId, "p_direct_retry", 1);
+      await rx.waitFor((r) => r.to(path).length === 2, { what: "2 attempts" });
+      const [first, second] = rx.to(path);
+      expect([first?.headers["x-tributary-attempt"], second?.headers["x-tributary-attempt"]]).toEqual(["1", "2"]);
+      expect(second?.headers["webhook-id"]).toBe(first?.headers["webhook-id"]);
+      const job = await w.deliveryQueue.getJob(deliveryOf(eventId as string));
+      expect(job?.data.priorAttempts).toBe(1);
+      expect(job?.opts.attempts).toBe(3); // the schedule's 4 attempts, less the direct one
+      await waitFor(async () => (await w.attemptLog.get(userId, deliveryOf(eventId as string)))?.status === "delivered", {
+        what: "the delivery recorded as delivered",
+      });
+      const record = await w.attemptLog.get(userId, deliveryOf(eventId as string));
+      expect(record?.attempts.map((a) => [a.attempt, a.status_code, a.error])).toEqual([
+        [1, 500, "HTTP 500; response: try later"],
+        [2, 200, null],
+      ]);
+      expect(record?.listener_id).toBe(hook.id);
+    } finally {
+      rx.answer(() => ({ status: 200 }));
+    }
+  });
+
+  it("queues deliveries while every slot is taken, and acknowledges a held entry only once its attempt settles", async () => {
+    const path = `/direct-full-${randomBytes(4).toString("hex")}`;
+    const { userId, deliveryOf } = await hookedUser(path, "p_direct_full");
+    let release: () => void = () => {};
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
+    rx.answer(async (req) => {
+      if (req.path === path && req.nthOnPath === 1) await released;
+      return { status: 200 };
+    });
+    try {
+      await fanout("direct-full", 15_000, direct(deliveryWorker(), { concurrency: 1, waitMs: 20 })).start();
+      const [held] = await recordEvents(userId, "p_direct_full", 1);
+      await rx.waitFor((r) => r.to(path).length === 1, { what: "the first attempt" });
+      const more = await recordEvents(userId, "p_direct_full", 3);
+      // No slot frees: the three become jobs (the delivery worker is not running, so they wait).
+      await waitFor(async () => (await jobIds(w.deliveryQueue)).length === 3, { what: "3 queued jobs" });
+      expect(await jobIds(w.deliveryQueue)).toEqual(more.map(deliveryOf).sort());
+      expect(await w.deliveryQueue.getJob(deliveryOf(held as string))).toBeUndefined();
+      // The held entry is still pending; the others are acknowledged and gone.
+      await waitFor(async () => (await w.redis.xlen(w.keys.outbox())) === 1, { what: "only the held entry left" });
+      expect(await outboxPending()).toBe(1);
+      release();
+      await waitFor(async () => (await outboxPending()) === 0 && (await w.redis.xlen(w.keys.outbox())) === 0, {
+        what: "the held entry acknowledged once its attempt settled",
+      });
+    } finally {
+      release();
+      rx.answer(() => ({ status: 200 }));
+    }
+  });
+
+  it("renews the lease of an entry whose attempt outlasts the take-over idle time, so no other consumer redoes it", async () => {
+    const path = `/direct-lease-${randomBytes(4).toString("hex")}`;
+    const { userId, deliveryOf } = await hookedUser(path, "p_direct_lease");
+    rx.answer(async (req) => {
+      if (req.path === path) await new Promise((r) => setTimeout(r, 4_000));
+      return { status: 200 };
+    });
+    try {
+      // Entries idle for 1.5 s are taken over (above the 1 s the loop may block reading).
+      await fanout("lease-a", 1_500, direct(deliveryWorker(6_000))).start();
+      const [eventId] = await recordEvents(userId, "p_direct_lease", 1);
+      await rx.waitFor((r) => r.to(path).length === 1, { what: "the first attempt" });
+      // A second consumer (another process: its own blocking connection) that takes over entries
+      // idle for 1.5 s, while the attempt takes 4 s.
+      const ownBlocking = connectRedis();
+      w.closers.push(async () => ownBlocking.disconnect());
+      const other = fanout("lease-b", 1_500, undefined, ownBlocking);
+      await other.start();
+      await waitFor(async () => (await w.attemptLog.get(userId, deliveryOf(eventId as string)))?.status === "delivered", {
+        timeoutMs: 10_000,
+        what: "the slow attempt recorded as delivered",
+      });
+      await waitFor(async () => (await outboxPending()) === 0, { what: "the entry acknowledged" });
+      // Taken over, the entry would have become a redo job (the delivery worker is not running).
+      expect(await jobIds(w.deliveryQueue)).toEqual([]);
+      expect(rx.to(path)).toHaveLength(1);
+    } finally {
+      rx.answer(() => ({ status: 200 }));
+    }
+  });
+
+  it("queues a delivery as a redo when its direct attempt fails unexpectedly", async () => {
+    const path = `/direct-broken-${randomBytes(4).toString("hex")}`;
+    const { userId, deliveryOf } = await hookedUser(path, "p_direct_broken");
+    const broken = direct(deliveryWorker(), {
+      attemptFirst: async () => {
+        throw new Error("the attempt log is unwritable");
+      },
+    });
+    await fanout("direct-broken", 15_000, broken).start();
+    const [eventId] = await recordEvents(userId, "p_direct_broken", 1);
+    const job = await waitFor(() => w.deliveryQueue.getJob(deliveryOf(eventId as string)), { what: "the redo job" });
+    expect(job.data.redo).toBe(true);
+    expect(job.opts.attempts).toBe(4);
+    await waitFor(async () => (await outboxPending()) === 0, { what: "the entry acknowledged once the job exists" });
   });
 });
 
