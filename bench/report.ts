@@ -115,7 +115,8 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
   const drainCpuRatio = ratio(r.bull?.cost?.usPerUnit.worker, daemonUs(r.drain?.cost));
   // What plain BullMQ itself would score against its worker-only figure if the job creation it
   // does before the timed window were counted, as Tributary's fan-out is: the ceiling of any
-  // design that creates one BullMQ job per delivery.
+  // design that creates one BullMQ job per delivery (Tributary makes first attempts directly, with
+  // no job, so it is not bound by it).
   const bullWorkerUs = r.bull?.cost?.usPerUnit.worker;
   const bullCeiling =
     bullWorkerUs !== undefined && r.bull?.producerUsPerJob !== undefined
@@ -253,7 +254,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     `Settings: closed-loop ingest with autocannon, ${S.connections} connections, ${S.durationS} s (after a ${S.warmupS} s warm-up for single and Koa); ` +
       "ingest CPU and Redis costs include whatever fan-out the ingested events cause (their emitter has no subscribers, so the record script writes no outbox entry). " +
       `Tributary ran as ${r.split ? "two processes (ROLES=api and ROLES=worker,scheduler)" : "one daemon process with every role"}. ` +
-      `Backlog of ${fmt(S.backlog)} events pre-loaded through an API-only daemon, then drained by the daemon (DELIVERY_CONCURRENCY ${S.deliveryConcurrency}); ` +
+      `Backlog of ${fmt(S.backlog)} events pre-loaded through an API-only daemon, then drained by the daemon (DELIVERY_CONCURRENCY ${S.deliveryConcurrency} and DELIVERY_DIRECT_CONCURRENCY ${S.deliveryConcurrency}, the defaults: fan-out makes first attempts directly, jobs carry retries and overflow); ` +
       `the BullMQ baseline adds the same number of jobs, then starts a Worker (concurrency ${S.deliveryConcurrency}); rate = deliveries between the first and last arrival. ` +
       `Latency phases: open loop (requests sent on a 1 ms timer schedule whatever the answers), ${S.durationS} s each, latency = arrival at the receiver − send time of the request carrying the event; ` +
       `pacer max lag ${r.latency.map((l) => `${fmt(l.maxLagMs, 1)} ms`).join(" / ") || "n/a"}; the target is judged on single emits at 1,000/s; before those runs, plain BullMQ is paced at the same rate (the bench process calls Queue.add per job, the worker child of the drain baseline POSTs) as the reference of what BullMQ and undici alone achieve here. ` +
