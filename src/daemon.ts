@@ -14,7 +14,7 @@ import { DeliveryWorker } from "./delivery/worker.js";
 import { maxAttempts } from "./domain/retry-policy.js";
 import { pooledRandomBytes } from "./domain/random-pool.js";
 import { slugify } from "./domain/slug.js";
-import { FanoutWorker } from "./events/fanout.js";
+import { FANOUT_GROUP, FanoutWorker } from "./events/fanout.js";
 import { Ingest } from "./events/ingest.js";
 import { MaintenanceWorker } from "./events/maintenance.js";
 import { EventStore } from "./events/store.js";
@@ -219,7 +219,11 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     maintenance.start();
   }
   await runtime.start(roles);
-  const monitor = new QueueMonitor([deliveryQueue, sourceRunQueue, maintenanceQueue, timersQueue], metrics);
+  const monitor = new QueueMonitor([deliveryQueue, sourceRunQueue, maintenanceQueue, timersQueue], metrics, undefined, {
+    redis,
+    key: keys.outbox(),
+    group: FANOUT_GROUP,
+  });
   monitor.start();
 
   // HTTP.

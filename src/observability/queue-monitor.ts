@@ -1,10 +1,23 @@
 import type { Queue } from "bullmq";
+import type { Redis } from "ioredis";
 import type { Metrics } from "./metrics.js";
+
+/** The outbox stream and its fan-out consumer group, sampled as the queue "outbox". */
+export interface OutboxProbe {
+  redis: Redis;
+  key: string;
+  group: string;
+}
+
+/** Milliseconds of a stream id (`<ms>-<seq>`). */
+const idMs = (id: string): number => Number(id.slice(0, id.indexOf("-")));
 
 /**
  * Samples queue depth and the age of the oldest waiting job every few seconds, so the backlog and
- * the lag of each queue show on a graph. Sampling errors are swallowed: observability never
- * throws into the caller.
+ * the lag of each queue show on a graph. The outbox counts as a queue too ("outbox": entries not
+ * yet read are `waiting`, read but not acknowledged ones, direct first attempts in flight among
+ * them, are `active`; its age is that of the oldest entry, since handed-off entries are deleted).
+ * Sampling errors are swallowed: observability never throws into the caller.
  */
 export class QueueMonitor {
   private timer?: NodeJS.Timeout;
@@ -13,6 +26,7 @@ export class QueueMonitor {
     private readonly queues: readonly Queue[],
     private readonly metrics: Metrics,
     private readonly intervalMs = 5000,
+    private readonly outbox?: OutboxProbe,
   ) {}
 
   start(): void {
@@ -22,8 +36,9 @@ export class QueueMonitor {
   }
 
   async sample(): Promise<void> {
-    await Promise.all(
-      this.queues.map(async (q) => {
+    await Promise.all([
+      this.sampleOutbox(),
+      ...this.queues.map(async (q) => {
         try {
           const counts = await q.getJobCounts("waiting", "delayed", "active", "failed");
           for (const [state, n] of Object.entries(counts)) this.metrics.queueDepth.set({ queue: q.name, state }, n);
@@ -33,7 +48,24 @@ export class QueueMonitor {
           // Redis unavailable: keep the last values; /readyz reports the outage.
         }
       }),
-    );
+    ]);
+  }
+
+  private async sampleOutbox(): Promise<void> {
+    if (!this.outbox) return;
+    const { redis, key, group } = this.outbox;
+    try {
+      const replies = await redis.pipeline().xlen(key).xpending(key, group).xrange(key, "-", "+", "COUNT", 1).exec();
+      if (!replies || replies.some(([err]) => err)) return;
+      const length = Number(replies[0]?.[1] ?? 0);
+      const pending = Number((replies[1]?.[1] as unknown[] | undefined)?.[0] ?? 0);
+      const [first] = (replies[2]?.[1] as [string, string[]][] | undefined) ?? [];
+      this.metrics.queueDepth.set({ queue: "outbox", state: "waiting" }, Math.max(0, length - pending));
+      this.metrics.queueDepth.set({ queue: "outbox", state: "active" }, pending);
+      this.metrics.queueOldestAge.set({ queue: "outbox" }, first ? Math.max(0, Date.now() - idMs(first[0])) / 1000 : 0);
+    } catch {
+      // As above: keep the last values.
+    }
   }
 
   close(): void {
