@@ -343,19 +343,19 @@ describe("direct first attempts (delivery/direct.ts)", () => {
     const path = `/direct-lease-${randomBytes(4).toString("hex")}`;
     const { userId, deliveryOf } = await hookedUser(path, "p_direct_lease");
     rx.answer(async (req) => {
-      if (req.path === path) await new Promise((r) => setTimeout(r, 4_000));
+      if (req.path === path) await new Promise((r) => setTimeout(r, 5_000));
       return { status: 200 };
     });
     try {
-      // Entries idle for 1.5 s are taken over (above the 1 s the loop may block reading).
-      await fanout("lease-a", 1_500, direct(deliveryWorker(6_000))).start();
+      // Entries idle for 2.5 s are taken over (well above the 1 s the loop may block reading).
+      await fanout("lease-a", 2_500, direct(deliveryWorker(7_000))).start();
       const [eventId] = await recordEvents(userId, "p_direct_lease", 1);
       await rx.waitFor((r) => r.to(path).length === 1, { what: "the first attempt" });
       // A second consumer (another process: its own blocking connection) that takes over entries
-      // idle for 1.5 s, while the attempt takes 4 s.
+      // idle for 2.5 s, while the attempt takes 5 s.
       const ownBlocking = connectRedis();
       w.closers.push(async () => ownBlocking.disconnect());
-      const other = fanout("lease-b", 1_500, undefined, ownBlocking);
+      const other = fanout("lease-b", 2_500, undefined, ownBlocking);
       await other.start();
       await waitFor(async () => (await w.attemptLog.get(userId, deliveryOf(eventId as string)))?.status === "delivered", {
         timeoutMs: 10_000,
