@@ -162,6 +162,8 @@ export async function bullmqLatencyBaseline(opts: {
   receiver: Receiver;
   rate: number;
   durationMs: number;
+  /** Paced the same way first, not measured (as Tributary's latency runs are). */
+  warmupMs: number;
   concurrency: number;
   seqBase: number;
 }): Promise<BullLatencyResult> {
@@ -171,28 +173,36 @@ export async function bullmqLatencyBaseline(opts: {
   const child = startBullWorker("bullmq-latency", { ...opts, prefix });
   try {
     await child.waitForLine(/^READY/, 30_000);
+    /** Adds `rate` jobs/s for `durationMs` on a 1 ms pacer; resolves with each seq's send time. */
+    const pace = async (durationMs: number, seqBase: number) => {
+      const total = Math.floor((opts.rate * durationMs) / 1000);
+      const sentAt = new Map<number, number>();
+      const start = performance.now();
+      let issued = 0;
+      await new Promise<void>((resolve) => {
+        const timer = setInterval(() => {
+          const due = Math.min(total, Math.floor(((performance.now() - start) * opts.rate) / 1000));
+          while (issued < due) {
+            const seq = seqBase + issued++;
+            sentAt.set(seq, performance.now());
+            void queue
+              .add("webhook", { payload: JSON.stringify(smallEvent(seq)) }, { jobId: `l${seq}`, ...BASELINE_JOB_OPTS })
+              .catch(() => sentAt.delete(seq));
+          }
+          if (issued >= total) {
+            clearInterval(timer);
+            resolve();
+          }
+        }, 1);
+      });
+      return sentAt;
+    };
     opts.receiver.reset();
-    const total = Math.floor((opts.rate * opts.durationMs) / 1000);
-    const sentAt = new Map<number, number>();
+    const warm = await pace(opts.warmupMs, opts.seqBase + 5_000_000);
+    await opts.receiver.waitFor(warm.size, 60_000);
+    opts.receiver.reset();
     const meter = await startMeter({ worker: child.pid, redis: opts.redisPid, bench: process.pid }, connection);
-    const start = performance.now();
-    let issued = 0;
-    await new Promise<void>((resolve) => {
-      const timer = setInterval(() => {
-        const due = Math.min(total, Math.floor(((performance.now() - start) * opts.rate) / 1000));
-        while (issued < due) {
-          const seq = opts.seqBase + issued++;
-          sentAt.set(seq, performance.now());
-          void queue
-            .add("webhook", { payload: JSON.stringify(smallEvent(seq)) }, { jobId: `l${seq}`, ...BASELINE_JOB_OPTS })
-            .catch(() => sentAt.delete(seq));
-        }
-        if (issued >= total) {
-          clearInterval(timer);
-          resolve();
-        }
-      }, 1);
-    });
+    const sentAt = await pace(opts.durationMs, opts.seqBase);
     await opts.receiver.waitFor(sentAt.size, 60_000);
     const cost = await meter(opts.receiver.count());
     const gone = child.exited();

@@ -15,6 +15,8 @@ export interface LatencyResult {
   readonly failures: number;
   readonly maxLagMs: number;
   readonly cost: Cost;
+  /** Share of the run's deliveries whose first attempt went direct (undefined when /metrics cannot tell). */
+  readonly directShare?: number;
 }
 
 export interface Results {
@@ -160,7 +162,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     const complete = l.delivered === l.sent;
     rows.push([
       `4. Emit→delivered at ${fmt(l.rate)} events/s, ${l.batch === 1 ? "single emits" : `${l.batch} events per request`}`,
-      `p50 ${fmt(l.e2e.p50, 1)} ms · p99 ${fmt(l.e2e.p99, 1)} ms · max ${fmt(l.e2e.max, 1)} ms (${fmt(l.delivered)}/${fmt(l.sent)} delivered${l.failures ? `, ${l.failures} emit failures` : ""})`,
+      `p50 ${fmt(l.e2e.p50, 1)} ms · p99 ${fmt(l.e2e.p99, 1)} ms · max ${fmt(l.e2e.max, 1)} ms (${fmt(l.delivered)}/${fmt(l.sent)} delivered${l.failures ? `, ${l.failures} emit failures` : ""}${l.directShare === undefined ? "" : `; ${fmt(l.directShare * 100, 1)} % of first attempts direct, the rest queued`})`,
       `emit→202: p50 ${fmt(l.ack.p50, 1)} ms · p99 ${fmt(l.ack.p99, 1)} ms${unitCost(l.cost, "event, emit + delivery")} → the daemon alone needs ≈${fmt(((daemonUs(l.cost) ?? 0) * l.rate) / 10_000)} % of one core at this rate${bullAt(l, r.bullLatency)}`,
       "—",
       l.rate === 1000 && l.batch === 1 ? "p99 < 50 ms" : "(info)",
@@ -256,7 +258,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
       `Tributary ran as ${r.split ? "two processes (ROLES=api and ROLES=worker,scheduler)" : "one daemon process with every role"}. ` +
       `Backlog of ${fmt(S.backlog)} events pre-loaded through an API-only daemon, then drained by the daemon (DELIVERY_CONCURRENCY ${S.deliveryConcurrency} and DELIVERY_DIRECT_CONCURRENCY ${S.deliveryConcurrency}, the defaults: fan-out makes first attempts directly, jobs carry retries and overflow); ` +
       `the BullMQ baseline adds the same number of jobs, then starts a Worker (concurrency ${S.deliveryConcurrency}); rate = deliveries between the first and last arrival. ` +
-      `Latency phases: open loop (requests sent on a 1 ms timer schedule whatever the answers), ${S.durationS} s each, latency = arrival at the receiver − send time of the request carrying the event; ` +
+      `Latency phases: open loop (requests sent on a 1 ms timer schedule whatever the answers), ${S.durationS} s each after a ${S.warmupS} s warm-up at the same rate (not measured; plain BullMQ gets the same), latency = arrival at the receiver − send time of the request carrying the event; ` +
       `pacer max lag ${r.latency.map((l) => `${fmt(l.maxLagMs, 1)} ms`).join(" / ") || "n/a"}; the target is judged on single emits at 1,000/s; before those runs, plain BullMQ is paced at the same rate (the bench process calls Queue.add per job, the worker child of the drain baseline POSTs) as the reference of what BullMQ and undici alone achieve here. ` +
       "Daemon, baselines and redis-server run as separate processes; the load generator and the webhook receiver share the bench process (“bench” CPU). " +
       "“other” is CPU used by unrelated processes on the machine during the phase: when it is high the absolute figures are depressed, the per-unit CPU costs much less so. " +

@@ -13,7 +13,8 @@
  * BENCH_DAEMON_TSX=1 (run the daemon's TypeScript through tsx instead of the compiled dist/ that `npm start` runs), BENCH_DAEMON_ENV ("K=V,K2=V2" extra
  * daemon settings, e.g. ROLES=api or DELIVERY_CONCURRENCY=128), BENCH_SPLIT=1 (an api process
  * plus a worker+scheduler process instead of one daemon), BENCH_LATENCY_RUNS ("1000x1,200x1": these
- * latency runs instead of the standard four; events/s x events per request).
+ * latency runs instead of the standard four; events/s x events per request), BENCH_E2E_DUMP=<path
+ * prefix> (each latency run's send time and emit-to-delivered latency per event, one line each).
  */
 import { randomBytes } from "node:crypto";
 import { availableParallelism } from "node:os";
@@ -30,7 +31,16 @@ import { type ClosedLoopResult, hammer, openLoop, smallEvent } from "./load.js";
 import { type Cost, startMeter } from "./meter.js";
 import { startReceiver } from "./receiver.js";
 import { type Results, printReport } from "./report.js";
-import { RUNTIME_DAEMON_ENV, type RuntimeContext, sandboxPhase, sourceHttpPhase, sourceInlinePhase, timerPhase } from "./runtime.js";
+import {
+  metricValue,
+  RUNTIME_DAEMON_ENV,
+  type RuntimeContext,
+  sandboxPhase,
+  scrape,
+  sourceHttpPhase,
+  sourceInlinePhase,
+  timerPhase,
+} from "./runtime.js";
 import { fmt, sleep, summarize } from "./stats.js";
 
 const envInt = (k: string, d: number) => {
@@ -333,6 +343,7 @@ async function main(): Promise<Results> {
         receiver,
         rate: judgedRun.rate,
         durationMs: S.durationS * 1000,
+        warmupMs: S.warmupS * 1000,
         concurrency: S.deliveryConcurrency,
         seqBase: 90_000_000,
       });
@@ -340,8 +351,31 @@ async function main(): Promise<Results> {
       log(`  p50 ${fmt(b.e2e.p50, 1)} ms, p99 ${fmt(b.e2e.p99, 1)} ms, delivered ${b.delivered}/${b.sent}`);
     }
     for (const [index, { rate, batch }] of runs.entries()) {
-      log(`emit-to-delivered at ${rate} events/s for ${S.durationS}s (${batch} event(s)/request)`);
+      log(`emit-to-delivered at ${rate} events/s for ${S.durationS}s (${batch} event(s)/request), after a ${S.warmupS} s warm-up`);
+      // Warm-up at the same rate, not measured: a steady rate is what the row reports, and a
+      // daemon's first second of load runs on cold code and connections (BENCH_E2E_DUMP shows it).
       receiver.reset();
+      await openLoop({
+        origin: dm.url,
+        path: "/v1/workflows/p_bench_lat/events",
+        token: key,
+        rate,
+        durationMs: S.warmupS * 1000,
+        batch,
+        seqBase: (index + 1) * 10_000_000 + 5_000_000,
+      });
+      await quiesce(`after the warm-up at ${rate}/s`);
+      receiver.reset();
+      // How many first attempts went direct rather than through the queue (one daemon: its /metrics sees fan-out).
+      const fanoutCounts = async () => {
+        if (SPLIT || !dm.hasWorker) return undefined;
+        const text = await scrape(dm.url);
+        return {
+          all: metricValue(text, "tributary_fanout_deliveries_total"),
+          direct: metricValue(text, "tributary_fanout_direct_deliveries_total"),
+        };
+      };
+      const countsBefore = await fanoutCounts();
       const meter = await startMeter({ ...dm.pids, redis: redisServer.pid, bench: process.pid }, redis);
       const r = await openLoop({
         origin: dm.url,
@@ -356,7 +390,16 @@ async function main(): Promise<Results> {
       await receiver.waitFor(expected, 60_000);
       const cost = await meter(receiver.count());
       dm.ensureAlive();
+      const countsAfter = await fanoutCounts();
+      const fannedOut = countsAfter && countsBefore ? countsAfter.all - countsBefore.all : 0;
+      const directShare = countsAfter && countsBefore && fannedOut > 0 ? (countsAfter.direct - countsBefore.direct) / fannedOut : undefined;
       const e2e: number[] = [];
+      if (process.env.BENCH_E2E_DUMP) {
+        const rows: string[] = [];
+        for (const [seq, sent] of r.sentAt)
+          rows.push(`${(sent / 1000).toFixed(3)} ${((receiver.arrivals.get(seq) ?? Number.NaN) - sent).toFixed(2)}`);
+        (await import("node:fs")).writeFileSync(`${process.env.BENCH_E2E_DUMP}-${rate}x${batch}.txt`, rows.join("\n"));
+      }
       for (const [seq, sent] of r.sentAt) {
         const at = receiver.arrivals.get(seq);
         if (at !== undefined) e2e.push(at - sent);
@@ -371,6 +414,7 @@ async function main(): Promise<Results> {
         failures: r.failures,
         maxLagMs: r.maxLagMs,
         cost,
+        directShare,
       };
       results.latency.push(res);
       log(`  p50 ${fmt(res.e2e.p50, 1)} ms, p99 ${fmt(res.e2e.p99, 1)} ms, delivered ${res.delivered}/${res.sent}`);

@@ -109,7 +109,7 @@ export function histogramDelta(before: Map<number, number>, after: Map<number, n
   return { count, p50: quantile(0.5), p99: quantile(0.99) };
 }
 
-async function scrape(url: string): Promise<string> {
+export async function scrape(url: string): Promise<string> {
   const res = await fetch(`${url}/metrics`);
   const text = await res.text();
   if (res.status !== 200) throw new Error(`GET /metrics: ${res.status}`);
