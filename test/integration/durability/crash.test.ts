@@ -25,14 +25,11 @@ const ADMIN_TOKEN = `admin-${randomBytes(8).toString("hex")}`;
 const TOTAL_EVENTS = 2000;
 /**
  * How long the receiver may take, after a replacement worker starts, to have seen every event
- * acknowledged before a worker was SIGKILLed. Jobs that were active in the dead worker come back
- * only through BullMQ's stalled-job check, which the daemon leaves at BullMQ's defaults
- * (lockDuration and stalledInterval 30 s): one check marks the active jobs, the next moves those
- * whose lock has expired back to wait. The new worker's first check is skipped while the dead
- * worker's last one is under 30 s old, and a check can be skipped again when it lands on the
- * expiry of the previous one's marker key, so recovery takes about 60 s and at worst about 90 s
- * (measured 61-64 s on a 2-CPU machine). Outbox entries the dead consumer had read come back
- * sooner, by XAUTOCLAIM after 15 s idle.
+ * acknowledged before a worker was SIGKILLed. What the dead worker held comes back two ways:
+ * outbox entries it had read (direct first attempts in flight among them) by XAUTOCLAIM once idle
+ * for 15 s, and jobs it had active through BullMQ's stalled-job check once their lock expires
+ * (WORKER_RECOVERY: 15 s locks, a check every 5 s), so about 15-25 s (measured 17-18 s on a
+ * 2-CPU machine). The deadline leaves room for a slow machine.
  */
 const STALLED_RECOVERY_DEADLINE_MS = 95_000;
 /** The receiver path that answers after 150 ms. */
