@@ -265,6 +265,15 @@ async function main(): Promise<Results> {
     } else if (fanoutDone && w) {
       detail = `fan-out finished ${fmt((fanoutDone.at - w.first) / 1000, 1)} s in, with ${fmt(fanoutDone.delivered)} delivered`;
     }
+    if (!SPLIT) {
+      // A fresh daemon: its counters cover the drain alone.
+      const text = await scrape(d.url);
+      const all = metricValue(text, "tributary_fanout_deliveries_total");
+      if (all > 0) {
+        const share = metricValue(text, "tributary_fanout_direct_deliveries_total") / all;
+        detail = `${detail ? `${detail}; ` : ""}${fmt(share * 100, 1)} % of first attempts direct, the rest queued`;
+      }
+    }
     results.drain = { ...base, detail };
     log(`  ${fmt(results.drain.perSec)} deliveries/s (${results.drain.delivered}/${results.drain.expected}); ${detail}`);
   }
