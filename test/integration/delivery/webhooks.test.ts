@@ -40,8 +40,9 @@ async function closeHarness(h: Harness | undefined): Promise<void> {
 }
 
 /**
- * Waits until nothing is left to deliver: the outbox is empty (entries are deleted only after
- * their jobs exist) and no delivery job is waiting, active or delayed; twice in a row.
+ * Waits until nothing is left to deliver: the outbox is empty (entries are deleted only once
+ * their direct first attempts settled and their jobs exist) and no delivery job is waiting,
+ * active or delayed; twice in a row.
  */
 async function quiet(h: Harness): Promise<void> {
   const outbox = createKeys(h.td.prefix).outbox();
@@ -662,5 +663,34 @@ describe("SSRF guard (ALLOW_PRIVATE_DESTINATIONS=false)", () => {
     expect(d.attempts).toHaveLength(1);
     expect(d.attempts[0]).toMatchObject({ status_code: null });
     expect(d.attempts[0]!.error).toMatch(/private|loopback/);
+  });
+});
+
+describe("first attempts: direct by default, queued with DELIVERY_DIRECT_CONCURRENCY=0", () => {
+  let queued: Harness;
+  beforeAll(async () => {
+    queued = await harness({ DELIVERY_DIRECT_CONCURRENCY: "0" });
+  });
+  afterAll(async () => {
+    await closeHarness(queued);
+  });
+
+  it.each([
+    ["direct (default)", () => h, false],
+    ["queued (DELIVERY_DIRECT_CONCURRENCY=0)", () => queued, true],
+  ])("%s: delivered once, with a delivery job only when queued", async (_name, which, expectJob) => {
+    const d = which();
+    const u = await d.td.createUser();
+    const path = hookPath("first-attempt");
+    const w = await createWebhook(u.api, rx.url(path));
+    const p = workflowId();
+    await subscribe(u.api, p, w.id);
+    await emit(u.api, p, { first: "attempt" });
+    const delivery = await onlyDelivery(u.api, w.id, "delivered");
+    await quiet(d);
+    expect(rx.to(path).map((r) => r.headers["x-tributary-attempt"])).toEqual(["1"]);
+    expect(delivery.attempts).toHaveLength(1);
+    // A queued delivery's job lingers as completed; a direct one never had a job.
+    expect((await d.queue.getJob(delivery.id))?.id).toBe(expectJob ? delivery.id : undefined);
   });
 });
