@@ -636,19 +636,26 @@ describe("attempt time-outs", () => {
   });
 });
 
-describe("SSRF guard (ALLOW_PRIVATE_DESTINATIONS=false)", () => {
-  let guarded: Harness;
+/** A daemon of its own with `env`, started before and stopped after the enclosing describe's tests. */
+function ownHarness(env: Record<string, string>): () => Harness {
+  let own: Harness | undefined;
   beforeAll(async () => {
-    guarded = await harness({ ALLOW_PRIVATE_DESTINATIONS: "false" });
+    own = await harness(env);
   });
   afterAll(async () => {
-    await closeHarness(guarded);
+    await closeHarness(own);
   });
+  return () => own as Harness;
+}
+
+describe("SSRF guard (ALLOW_PRIVATE_DESTINATIONS=false)", () => {
+  const guardedHarness = ownHarness({ ALLOW_PRIVATE_DESTINATIONS: "false" });
 
   it.each([
     ["127.0.0.1", (path: string) => rx.url(path)],
     ["localhost", (path: string) => `http://localhost:${rx.port}${path}`],
   ])("refuses a webhook at %s without sending anything, and says why in the attempt log", async (_name, urlOf) => {
+    const guarded = guardedHarness();
     const u = await guarded.td.createUser();
     const path = hookPath("ssrf");
     const w = await createWebhook(u.api, urlOf(path));
@@ -667,17 +674,11 @@ describe("SSRF guard (ALLOW_PRIVATE_DESTINATIONS=false)", () => {
 });
 
 describe("first attempts: direct by default, queued with DELIVERY_DIRECT_CONCURRENCY=0", () => {
-  let queued: Harness;
-  beforeAll(async () => {
-    queued = await harness({ DELIVERY_DIRECT_CONCURRENCY: "0" });
-  });
-  afterAll(async () => {
-    await closeHarness(queued);
-  });
+  const queued = ownHarness({ DELIVERY_DIRECT_CONCURRENCY: "0" });
 
   it.each([
     ["direct (default)", () => h, false],
-    ["queued (DELIVERY_DIRECT_CONCURRENCY=0)", () => queued, true],
+    ["queued (DELIVERY_DIRECT_CONCURRENCY=0)", queued, true],
   ])("%s: delivered once, with a delivery job only when queued", async (_name, which, expectJob) => {
     const d = which();
     const u = await d.td.createUser();
