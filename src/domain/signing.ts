@@ -28,17 +28,3 @@ export function signPayload(secret: string, msgId: string, timestampSeconds: num
   const mac = createHmac("sha256", key).update(`${msgId}.${timestampSeconds}.${body}`).digest("base64");
   return `v1,${mac}`;
 }
-
-/** The three Standard Webhooks headers for one attempt; `msgId` stays the same across retries. */
-export function webhookSignatureHeaders(
-  secret: string,
-  msgId: string,
-  timestampSeconds: number,
-  body: string,
-): { "webhook-id": string; "webhook-timestamp": string; "webhook-signature": string } {
-  return {
-    "webhook-id": msgId,
-    "webhook-timestamp": String(timestampSeconds),
-    "webhook-signature": signPayload(secret, msgId, timestampSeconds, body),
-  };
-}

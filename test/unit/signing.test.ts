@@ -2,7 +2,7 @@ import { createHmac, randomBytes } from "node:crypto";
 import fc from "fast-check";
 import { Webhook } from "standardwebhooks";
 import { describe, expect, it } from "vitest";
-import { generateSigningSecret, signPayload, webhookSignatureHeaders } from "../../src/domain/signing.js";
+import { generateSigningSecret, signPayload } from "../../src/domain/signing.js";
 
 /** The conformance suite's check (shared/conformance/lib.mjs), copied so the two cannot drift apart silently. */
 function verifySignature(secret: string, headers: Record<string, string | undefined>, rawBody: string): boolean {
@@ -16,6 +16,13 @@ function verifySignature(secret: string, headers: Record<string, string | undefi
 }
 
 const nowSeconds = () => Math.floor(Date.now() / 1000);
+
+/** The three Standard Webhooks headers of one attempt, as the delivery worker sets them. */
+const webhookSignatureHeaders = (secret: string, msgId: string, ts: number, body: string): Record<string, string> => ({
+  "webhook-id": msgId,
+  "webhook-timestamp": String(ts),
+  "webhook-signature": signPayload(secret, msgId, ts, body),
+});
 
 describe("generateSigningSecret", () => {
   it("is whsec_ followed by the base64 of 24 injected random bytes", () => {
