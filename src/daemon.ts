@@ -43,8 +43,11 @@ import { UserStore } from "./store/users.js";
 import { WebhookStore } from "./store/webhooks.js";
 import { WorkflowStore } from "./store/workflows.js";
 
-/** How long fan-out waits for a direct-delivery slot before it queues the delivery instead. */
-const DIRECT_SLOT_WAIT_MS = 25;
+/**
+ * A direct first attempt in flight this long marks its slot as held by a slow destination: while
+ * the oldest one is, fan-out queues deliveries that find no free slot instead of waiting.
+ */
+const DIRECT_CLOG_MS = 250;
 
 export interface Daemon {
   readonly server: Server | undefined;
@@ -196,7 +199,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
             queue: deliveryQueue,
             attempts,
             concurrency: config.deliveryDirectConcurrency,
-            waitMs: DIRECT_SLOT_WAIT_MS,
+            clogMs: DIRECT_CLOG_MS,
             logger,
           })
         : undefined;

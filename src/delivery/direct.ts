@@ -59,9 +59,23 @@ export interface DirectDeliveryDeps {
   attempts: number;
   /** First attempts in flight at once (DELIVERY_DIRECT_CONCURRENCY). */
   concurrency: number;
-  /** How long fan-out waits for a free slot before it queues the delivery instead. */
-  waitMs: number;
+  /**
+   * An attempt in flight for this long means the slots are held by slow destinations: fan-out
+   * then queues deliveries that find no free slot instead of waiting for one.
+   */
+  clogMs: number;
   logger: Logger;
+  now?: () => number;
+}
+
+/**
+ * How long fan-out may wait for a slot when all are taken, given when the oldest attempt in flight
+ * started: until that attempt would count as slow (`clogMs`), and not at all once it does. Slots
+ * held by quick attempts free up in moments, so waiting costs less than a queued job; slots held
+ * by a slow destination would stall fan-out for everyone, so the delivery is queued at once.
+ */
+export function slotWaitMs(oldestStartMs: number, nowMs: number, clogMs: number): number {
+  return Math.max(0, clogMs - Math.max(0, nowMs - oldestStartMs));
 }
 
 /**
@@ -76,17 +90,20 @@ export interface DirectDeliveryDeps {
  * settles (see FanoutWorker), so a process that dies mid-attempt leaves the entry to be taken over
  * and redone through the queue: at least once, as before.
  *
- * Bounded: at most `concurrency` attempts in flight. When every slot is taken, fan-out waits up to
- * `waitMs` for one and then queues the delivery; after a wait ran out it queues at once until a
- * slot frees, so a slow destination that holds the slots cannot slow fan-out down for everyone.
+ * Bounded: at most `concurrency` attempts in flight. When every slot is taken, fan-out waits for
+ * one only while the oldest attempt in flight is younger than `clogMs` (see slotWaitMs), else it
+ * queues the delivery, so slow destinations holding the slots cannot stall fan-out for everyone.
  */
 export class DirectDelivery {
   private readonly slots: Slots;
-  /** A wait ran out and no slot has freed since: do not wait again. */
-  private saturated = false;
+  private readonly now: () => number;
+  /** Start times of the attempts in flight; a Map keeps insertion order, so the first is the oldest. */
+  private readonly started = new Map<number, number>();
+  private nextToken = 0;
 
   constructor(private readonly d: DirectDeliveryDeps) {
     this.slots = new Slots(d.concurrency);
+    this.now = d.now ?? Date.now;
   }
 
   /** First attempts in flight. */
@@ -102,15 +119,16 @@ export class DirectDelivery {
    */
   async start(job: DeliveryJob): Promise<{ settled: Promise<boolean> } | undefined> {
     if (!this.slots.tryAcquire()) {
-      if (this.saturated || !(await this.slots.acquire(this.d.waitMs))) {
-        this.saturated = true;
-        return undefined;
-      }
+      const oldest = this.started.values().next().value;
+      const waitMs = oldest === undefined ? this.d.clogMs : slotWaitMs(oldest, this.now(), this.d.clogMs);
+      if (!(await this.slots.acquire(waitMs))) return undefined;
     }
     return { settled: this.run(job) };
   }
 
   private async run(job: DeliveryJob): Promise<boolean> {
+    const token = this.nextToken++;
+    this.started.set(token, this.now());
     try {
       const outcome = await this.d.attemptFirst(job);
       if (outcome?.kind === "retry") await this.queue(job, { priorAttempts: 1, delayMs: outcome.delayMs });
@@ -127,7 +145,7 @@ export class DirectDelivery {
         return false;
       }
     } finally {
-      this.saturated = false;
+      this.started.delete(token);
       this.slots.release();
     }
   }

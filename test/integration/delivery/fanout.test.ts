@@ -225,14 +225,14 @@ describe("fan-out redo", () => {
 /** Direct delivery through `worker` (its attemptFirst, unless `attemptFirst` replaces it). */
 function direct(
   worker: DeliveryWorker,
-  opts: { concurrency?: number; waitMs?: number; attemptFirst?: DirectDeliveryDeps["attemptFirst"] } = {},
+  opts: { concurrency?: number; clogMs?: number; attemptFirst?: DirectDeliveryDeps["attemptFirst"] } = {},
 ) {
   return new DirectDelivery({
     attemptFirst: opts.attemptFirst ?? ((job) => worker.attemptFirst(job)),
     queue: w.deliveryQueue,
     attempts: 4,
     concurrency: opts.concurrency ?? 8,
-    waitMs: opts.waitMs ?? 25,
+    clogMs: opts.clogMs ?? 250,
     logger,
   });
 }
@@ -318,7 +318,7 @@ describe("direct first attempts (delivery/direct.ts)", () => {
       return { status: 200 };
     });
     try {
-      await fanout("direct-full", 15_000, direct(deliveryWorker(), { concurrency: 1, waitMs: 20 })).start();
+      await fanout("direct-full", 15_000, direct(deliveryWorker(), { concurrency: 1, clogMs: 20 })).start();
       const [held] = await recordEvents(userId, "p_direct_full", 1);
       await rx.waitFor((r) => r.to(path).length === 1, { what: "the first attempt" });
       const more = await recordEvents(userId, "p_direct_full", 3);
@@ -335,6 +335,29 @@ describe("direct first attempts (delivery/direct.ts)", () => {
       });
     } finally {
       release();
+      rx.answer(() => ({ status: 200 }));
+    }
+  });
+
+  it("waits for a slot held by a quick attempt instead of queueing the delivery", async () => {
+    const path = `/direct-wait-${randomBytes(4).toString("hex")}`;
+    const { userId, hook } = await hookedUser(path, "p_direct_wait");
+    rx.answer(async (req) => {
+      if (req.path === path) await new Promise((r) => setTimeout(r, 100));
+      return { status: 200 };
+    });
+    try {
+      // One slot, and attempts count as slow only after 5 s: each event waits for the one before.
+      await fanout("direct-wait", 15_000, direct(deliveryWorker(), { concurrency: 1, clogMs: 5_000 })).start();
+      await recordEvents(userId, "p_direct_wait", 3);
+      const delivered = async () => (await w.attemptLog.list(userId, hook.id, { limit: 10 })).data.filter((d) => d.status === "delivered");
+      await waitFor(async () => (await delivered()).length === 3, { what: "3 delivered records" });
+      expect(await jobIds(w.deliveryQueue)).toEqual([]);
+      // One at a time: each request arrived after the previous one was answered.
+      const at = rx.to(path).map((r) => r.at);
+      expect(at).toHaveLength(3);
+      for (let i = 1; i < at.length; i++) expect((at[i] as number) - (at[i - 1] as number)).toBeGreaterThanOrEqual(90);
+    } finally {
       rx.answer(() => ({ status: 200 }));
     }
   });
