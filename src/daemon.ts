@@ -47,7 +47,7 @@ import { WorkflowStore } from "./store/workflows.js";
  * A direct first attempt in flight this long marks its slot as held by a slow destination: while
  * the oldest one is, fan-out queues deliveries that find no free slot instead of waiting.
  */
-const DIRECT_CLOG_MS = 250;
+const DIRECT_CLOG_MS = 100;
 
 export interface Daemon {
   readonly server: Server | undefined;

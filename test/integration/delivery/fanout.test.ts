@@ -232,7 +232,7 @@ function direct(
     queue: w.deliveryQueue,
     attempts: 4,
     concurrency: opts.concurrency ?? 8,
-    clogMs: opts.clogMs ?? 250,
+    clogMs: opts.clogMs ?? 100,
     logger,
   });
 }
