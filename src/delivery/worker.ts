@@ -152,8 +152,10 @@ export class DeliveryWorker {
         ? this.webhookReader.get(data.userId, data.listenerId).then((w) => this.webhookTarget(w))
         : this.workflowTarget(data),
     ]);
-    // A redone fan-out or a duplicate job finds the delivery already done: nothing to send.
-    if (record?.status === "delivered") return undefined;
+    // A redone fan-out or a duplicate job finds the delivery already done: nothing to send. For a
+    // redone fan-out, "failed" is done too: the first fan-out's attempt gave up (a job would have
+    // lingered as failed and kept the redo from being added; a direct attempt leaves no job).
+    if (record?.status === "delivered" || (data.redo === true && record?.status === "failed")) return undefined;
     if ("skip" in target) {
       this.d.metrics.deliveries.inc({
         listener_kind: kind,

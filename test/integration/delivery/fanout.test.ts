@@ -238,8 +238,7 @@ function direct(
 }
 
 /** A user with a signed webhook at `path` on the receiver, subscribed to `emitter`. */
-async function hookedUser(path: string, emitter: string) {
-  const userId = newUserId();
+async function hookedUser(path: string, emitter: string, userId = newUserId()) {
   const hook = await new WebhookStore(w.ctx).create(userId, {
     url: rx.url(path),
     name: null,
@@ -461,6 +460,43 @@ describe("delivery worker: attempt record reads", () => {
     deliveryWorker().start();
     await waitFor(async () => (await w.deliveryQueue.getJobCounts("completed")).completed === 2, { what: "both jobs to complete" });
     expect(rx.to(path).map((r) => r.headers["webhook-id"])).toEqual([fresh]);
+  });
+
+  it("sends nothing for a redone fan-out whose first attempt already gave up (a direct attempt leaves no job behind)", async () => {
+    const userId = newUserId();
+    const path = `/redo-failed-${randomBytes(4).toString("hex")}`;
+    const { hook, deliveryOf } = await hookedUser(path, "p_redo_failed", userId);
+    const deliveryId = deliveryOf("1-1");
+    const data = {
+      userId,
+      deliveryId,
+      listenerKind: "webhook" as const,
+      listenerId: hook.id,
+      emitterId: "p_redo_failed",
+      channel: "",
+      eventId: "1-1",
+      payload: "{}",
+      acceptedAtMs: Date.now(),
+    };
+    await w.attemptLog.upsert(
+      {
+        id: deliveryId,
+        user_id: userId,
+        listener_id: hook.id,
+        listener_kind: "webhook",
+        event_id: "1-1",
+        emitter_id: data.emitterId,
+        event_name: "",
+        payload: "{}",
+        accepted_at_ms: data.acceptedAtMs,
+      },
+      { status: "failed", attempt: { at: new Date().toISOString(), status_code: 400, duration_ms: 1, error: "HTTP 400" } },
+    );
+    await w.deliveryQueue.add("webhook", { ...data, redo: true }, { jobId: deliveryId });
+    deliveryWorker().start();
+    await waitFor(async () => (await w.deliveryQueue.getJobCounts("completed")).completed === 1, { what: "the redo job to complete" });
+    expect(rx.to(path)).toHaveLength(0);
+    expect((await w.attemptLog.get(userId, deliveryId))?.attempts).toHaveLength(1);
   });
 });
 
