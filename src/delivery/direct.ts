@@ -106,11 +106,6 @@ export class DirectDelivery {
     this.now = d.now ?? Date.now;
   }
 
-  /** First attempts in flight. */
-  get inFlight(): number {
-    return this.slots.inUse;
-  }
-
   /**
    * Starts `job`'s first attempt if a slot is (or soon becomes) free. Resolves undefined when there
    * is none (the caller queues the job), else to the attempt's settlement: true once the delivery

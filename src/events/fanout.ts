@@ -226,11 +226,6 @@ export class FanoutWorker {
     }
   }
 
-  /** Entries whose direct attempts are still in flight (for tests and the shutdown path). */
-  get heldCount(): number {
-    return this.held.size;
-  }
-
   /**
    * Keeps `entryId` pending until `attempts` settle; then it is acknowledged, or, if one of them could not be put in hand, left pending to be taken over and redone.
    */
