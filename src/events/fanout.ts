@@ -98,9 +98,11 @@ export interface FanoutDeps {
 type XEntries = [string, string[]][];
 
 /**
- * Reads the outbox through a consumer group and turns each event into one job per matching
- * listener. Jobs have deterministic ids, so an entry redone after a crash (taken over with
- * XAUTOCLAIM) adds nothing twice; the entry is acknowledged and deleted only after its jobs exist.
+ * Reads the outbox through a consumer group and turns each event into one delivery per matching
+ * listener: a first attempt made right here while a direct slot is free (delivery/direct.ts), else
+ * a job. Jobs have deterministic ids, so an entry redone after a crash (taken over with XAUTOCLAIM,
+ * always through the queue) adds nothing twice. An entry is acknowledged and deleted only once its
+ * jobs exist and its direct attempts have settled.
  */
 export class FanoutWorker {
   private running = false;
@@ -227,7 +229,8 @@ export class FanoutWorker {
   }
 
   /**
-   * Keeps `entryId` pending until `attempts` settle; then it is acknowledged, or, if one of them could not be put in hand, left pending to be taken over and redone.
+   * Keeps `entryId` pending until `attempts` settle; then it is acknowledged, or, if one of them
+   * could not be put in hand, left pending to be taken over and redone.
    */
   private hold(entryId: string, attempts: Promise<boolean>[]): void {
     this.held.set(
