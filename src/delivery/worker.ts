@@ -126,7 +126,9 @@ export class DeliveryWorker {
     // created when the attempt ends.
     const mayBeRecorded =
       job.attemptsMade > 0 || prior > 0 || (job.attemptsStarted ?? 0) > 1 || job.id !== data.deliveryId || data.redo === true;
-    const outcome = await this.attempt(data, prior + job.attemptsMade + 1, mayBeRecorded);
+    // A replay starts a fresh retry budget; any other job continues the delivery's schedule.
+    const replay = job.id !== data.deliveryId;
+    const outcome = await this.attempt(data, prior + job.attemptsMade + 1, mayBeRecorded, !replay);
     if (outcome?.kind === "retry") throw new RetryLater(outcome.delayMs, outcome.reason);
   }
 
@@ -137,14 +139,17 @@ export class DeliveryWorker {
    * the rest of the schedule.
    */
   attemptFirst(data: DeliveryJob): Promise<Outcome | undefined> {
-    return this.attempt(data, 1, false);
+    return this.attempt(data, 1, false, true);
   }
 
   /**
-   * One attempt: `attempt` is its number in the retry schedule (1 = first). Records it, counts it
-   * and acts on the verdict; "retry" is left to the caller (BullMQ's backoff or a queued job).
+   * One attempt: `attempt` is its number in the retry schedule (1 = first), as the job counts it.
+   * When `continues`, the attempt record counts too: a job redone after a crash, or taken over
+   * after an attempt was recorded but before BullMQ counted it, goes on with the schedule where
+   * the log says the delivery is. Records the attempt, counts it and acts on the verdict; "retry"
+   * is left to the caller (BullMQ's backoff or a queued job).
    */
-  private async attempt(data: DeliveryJob, attempt: number, mayBeRecorded: boolean): Promise<Outcome | undefined> {
+  private async attempt(data: DeliveryJob, attempt: number, mayBeRecorded: boolean, continues: boolean): Promise<Outcome | undefined> {
     const kind = data.listenerKind;
     const [record, target] = await Promise.all([
       mayBeRecorded ? this.d.attemptLog.get(data.userId, data.deliveryId) : undefined,
@@ -177,6 +182,7 @@ export class DeliveryWorker {
     // The header is numbered like the attempt log, so it matches the log across stalls and
     // replays (a replay starts a fresh retry budget but keeps counting in the log).
     const logged = record ? record.attempts.length + 1 : attempt;
+    const position = continues ? Math.max(attempt, logged) : attempt;
     const nowMs = this.now();
     const timestamp = Math.floor(nowMs / 1000);
     // One literal (no spreads or Object.assign): this runs once per attempt.
@@ -200,7 +206,7 @@ export class DeliveryWorker {
       statusCode: "statusCode" in result ? result.statusCode : undefined,
       errorKind: "errorKind" in result ? result.errorKind : undefined,
       retryAfter: "retryAfter" in result ? result.retryAfter : null,
-      attemptsMade: attempt,
+      attemptsMade: position,
       scheduleMs: this.d.scheduleMs,
       nowMs,
       random: this.random,

@@ -498,6 +498,54 @@ describe("delivery worker: attempt record reads", () => {
     expect(rx.to(path)).toHaveLength(0);
     expect((await w.attemptLog.get(userId, deliveryId))?.attempts).toHaveLength(1);
   });
+
+  it("goes on with the schedule where the attempt log stands when a redone fan-out's job finds a pending record", async () => {
+    const userId = newUserId();
+    const path = `/redo-pending-${randomBytes(4).toString("hex")}`;
+    const { hook, deliveryOf } = await hookedUser(path, "p_redo_pending", userId);
+    rx.answer((req) => (req.path === path ? { status: 500 } : { status: 200 }));
+    try {
+      const deliveryId = deliveryOf("1-1");
+      const base = {
+        id: deliveryId,
+        user_id: userId,
+        listener_id: hook.id,
+        listener_kind: "webhook" as const,
+        event_id: "1-1",
+        emitter_id: "p_redo_pending",
+        event_name: "",
+        payload: "{}",
+        accepted_at_ms: Date.now(),
+      };
+      // Three of the schedule's four attempts are recorded (a process died before queueing the next).
+      for (let i = 0; i < 3; i++) {
+        await w.attemptLog.upsert(base, {
+          status: "pending",
+          attempt: { at: new Date().toISOString(), status_code: 500, duration_ms: 1, error: "HTTP 500" },
+        });
+      }
+      const data = {
+        userId,
+        deliveryId,
+        listenerKind: "webhook" as const,
+        listenerId: hook.id,
+        emitterId: base.emitter_id,
+        channel: "",
+        eventId: "1-1",
+        payload: "{}",
+        acceptedAtMs: base.accepted_at_ms,
+        redo: true as const,
+      };
+      await w.deliveryQueue.add("webhook", data, { jobId: deliveryId, attempts: 4 });
+      deliveryWorker().start();
+      // The fourth attempt is the schedule's last: it gives up instead of starting the schedule over.
+      await waitFor(async () => (await w.attemptLog.get(userId, deliveryId))?.status === "failed", { what: "the delivery to fail" });
+      expect(rx.to(path).map((r) => r.headers["x-tributary-attempt"])).toEqual(["4"]);
+      expect((await w.attemptLog.get(userId, deliveryId))?.attempts).toHaveLength(4);
+    } finally {
+      rx.answer(() => ({ status: 200 }));
+    }
+  });
 });
 
 describe("record without listeners", () => {
