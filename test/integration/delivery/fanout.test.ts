@@ -19,7 +19,7 @@ import { createKeys, type Keys } from "../../../src/store/keys.js";
 import { SubscriptionStore } from "../../../src/store/subscriptions.js";
 import { WebhookStore } from "../../../src/store/webhooks.js";
 import { WorkflowStore } from "../../../src/store/workflows.js";
-import { startReceiver, type Receiver, waitFor } from "../../helpers/receiver.js";
+import { type AnswerFn, startReceiver, type Receiver, waitFor } from "../../helpers/receiver.js";
 import { connectRedis, dropPrefix, testPrefix } from "../../helpers/redis.js";
 
 /**
@@ -150,8 +150,10 @@ async function jobIds(queue: Queue): Promise<string[]> {
 }
 
 let rx: Receiver;
+/** How the receiver answers, per path (default 200); each test's paths are its own. */
+const answers = new Map<string, AnswerFn>();
 beforeAll(async () => {
-  rx = await startReceiver();
+  rx = await startReceiver((req) => (answers.get(req.path.split("?")[0] ?? "") ?? (() => ({ status: 200 })))(req));
 });
 afterAll(async () => {
   await rx.close();
@@ -278,31 +280,27 @@ describe("direct first attempts (delivery/direct.ts)", () => {
   it("hands a failed first attempt to the queue, which goes on with attempt 2 of the schedule", async () => {
     const path = `/direct-retry-${randomBytes(4).toString("hex")}`;
     const { userId, hook, deliveryOf } = await hookedUser(path, "p_direct_retry");
-    rx.answer((req) => (req.path === path && req.nthOnPath === 1 ? { status: 500, body: "try later" } : { status: 200 }));
-    try {
-      const worker = deliveryWorker();
-      worker.start();
-      await fanout("direct-retry", 15_000, direct(worker)).start();
-      const [eventId] = await recordEvents(userId, "p_direct_retry", 1);
-      await rx.waitFor((r) => r.to(path).length === 2, { what: "2 attempts" });
-      const [first, second] = rx.to(path);
-      expect([first?.headers["x-tributary-attempt"], second?.headers["x-tributary-attempt"]]).toEqual(["1", "2"]);
-      expect(second?.headers["webhook-id"]).toBe(first?.headers["webhook-id"]);
-      const job = await w.deliveryQueue.getJob(deliveryOf(eventId as string));
-      expect(job?.data.priorAttempts).toBe(1);
-      expect(job?.opts.attempts).toBe(3); // the schedule's 4 attempts, less the direct one
-      await waitFor(async () => (await w.attemptLog.get(userId, deliveryOf(eventId as string)))?.status === "delivered", {
-        what: "the delivery recorded as delivered",
-      });
-      const record = await w.attemptLog.get(userId, deliveryOf(eventId as string));
-      expect(record?.attempts.map((a) => [a.attempt, a.status_code, a.error])).toEqual([
-        [1, 500, "HTTP 500; response: try later"],
-        [2, 200, null],
-      ]);
-      expect(record?.listener_id).toBe(hook.id);
-    } finally {
-      rx.answer(() => ({ status: 200 }));
-    }
+    answers.set(path, (req) => (req.nthOnPath === 1 ? { status: 500, body: "try later" } : { status: 200 }));
+    const worker = deliveryWorker();
+    worker.start();
+    await fanout("direct-retry", 15_000, direct(worker)).start();
+    const [eventId] = await recordEvents(userId, "p_direct_retry", 1);
+    await rx.waitFor((r) => r.to(path).length === 2, { what: "2 attempts" });
+    const [first, second] = rx.to(path);
+    expect([first?.headers["x-tributary-attempt"], second?.headers["x-tributary-attempt"]]).toEqual(["1", "2"]);
+    expect(second?.headers["webhook-id"]).toBe(first?.headers["webhook-id"]);
+    const job = await w.deliveryQueue.getJob(deliveryOf(eventId as string));
+    expect(job?.data.priorAttempts).toBe(1);
+    expect(job?.opts.attempts).toBe(3); // the schedule's 4 attempts, less the direct one
+    await waitFor(async () => (await w.attemptLog.get(userId, deliveryOf(eventId as string)))?.status === "delivered", {
+      what: "the delivery recorded as delivered",
+    });
+    const record = await w.attemptLog.get(userId, deliveryOf(eventId as string));
+    expect(record?.attempts.map((a) => [a.attempt, a.status_code, a.error])).toEqual([
+      [1, 500, "HTTP 500; response: try later"],
+      [2, 200, null],
+    ]);
+    expect(record?.listener_id).toBe(hook.id);
   });
 
   it("queues deliveries while every slot is taken, and acknowledges a held entry only once its attempt settles", async () => {
@@ -312,8 +310,8 @@ describe("direct first attempts (delivery/direct.ts)", () => {
     const released = new Promise<void>((r) => {
       release = r;
     });
-    rx.answer(async (req) => {
-      if (req.path === path && req.nthOnPath === 1) await released;
+    answers.set(path, async (req) => {
+      if (req.nthOnPath === 1) await released;
       return { status: 200 };
     });
     try {
@@ -334,62 +332,53 @@ describe("direct first attempts (delivery/direct.ts)", () => {
       });
     } finally {
       release();
-      rx.answer(() => ({ status: 200 }));
     }
   });
 
   it("waits for a slot held by a quick attempt instead of queueing the delivery", async () => {
     const path = `/direct-wait-${randomBytes(4).toString("hex")}`;
     const { userId, hook } = await hookedUser(path, "p_direct_wait");
-    rx.answer(async (req) => {
-      if (req.path === path) await new Promise((r) => setTimeout(r, 100));
+    answers.set(path, async () => {
+      await new Promise((r) => setTimeout(r, 100));
       return { status: 200 };
     });
-    try {
-      // One slot, and attempts count as slow only after 5 s: each event waits for the one before.
-      await fanout("direct-wait", 15_000, direct(deliveryWorker(), { concurrency: 1, clogMs: 5_000 })).start();
-      await recordEvents(userId, "p_direct_wait", 3);
-      const delivered = async () => (await w.attemptLog.list(userId, hook.id, { limit: 10 })).data.filter((d) => d.status === "delivered");
-      await waitFor(async () => (await delivered()).length === 3, { what: "3 delivered records" });
-      expect(await jobIds(w.deliveryQueue)).toEqual([]);
-      // One at a time: each request arrived after the previous one was answered.
-      const at = rx.to(path).map((r) => r.at);
-      expect(at).toHaveLength(3);
-      for (let i = 1; i < at.length; i++) expect((at[i] as number) - (at[i - 1] as number)).toBeGreaterThanOrEqual(90);
-    } finally {
-      rx.answer(() => ({ status: 200 }));
-    }
+    // One slot, and attempts count as slow only after 5 s: each event waits for the one before.
+    await fanout("direct-wait", 15_000, direct(deliveryWorker(), { concurrency: 1, clogMs: 5_000 })).start();
+    await recordEvents(userId, "p_direct_wait", 3);
+    const delivered = async () => (await w.attemptLog.list(userId, hook.id, { limit: 10 })).data.filter((d) => d.status === "delivered");
+    await waitFor(async () => (await delivered()).length === 3, { what: "3 delivered records" });
+    expect(await jobIds(w.deliveryQueue)).toEqual([]);
+    // One at a time: each request arrived after the previous one was answered.
+    const at = rx.to(path).map((r) => r.at);
+    expect(at).toHaveLength(3);
+    for (let i = 1; i < at.length; i++) expect((at[i] as number) - (at[i - 1] as number)).toBeGreaterThanOrEqual(90);
   });
 
   it("renews the lease of an entry whose attempt outlasts the take-over idle time, so no other consumer redoes it", async () => {
     const path = `/direct-lease-${randomBytes(4).toString("hex")}`;
     const { userId, deliveryOf } = await hookedUser(path, "p_direct_lease");
-    rx.answer(async (req) => {
-      if (req.path === path) await new Promise((r) => setTimeout(r, 5_000));
+    answers.set(path, async () => {
+      await new Promise((r) => setTimeout(r, 5_000));
       return { status: 200 };
     });
-    try {
-      // Entries idle for 2.5 s are taken over (well above the 1 s the loop may block reading).
-      await fanout("lease-a", 2_500, direct(deliveryWorker(7_000))).start();
-      const [eventId] = await recordEvents(userId, "p_direct_lease", 1);
-      await rx.waitFor((r) => r.to(path).length === 1, { what: "the first attempt" });
-      // A second consumer (another process: its own blocking connection) that takes over entries
-      // idle for 2.5 s, while the attempt takes 5 s.
-      const ownBlocking = connectRedis();
-      w.closers.push(async () => ownBlocking.disconnect());
-      const other = fanout("lease-b", 2_500, undefined, ownBlocking);
-      await other.start();
-      await waitFor(async () => (await w.attemptLog.get(userId, deliveryOf(eventId as string)))?.status === "delivered", {
-        timeoutMs: 10_000,
-        what: "the slow attempt recorded as delivered",
-      });
-      await waitFor(async () => (await outboxPending()) === 0, { what: "the entry acknowledged" });
-      // Taken over, the entry would have become a redo job (the delivery worker is not running).
-      expect(await jobIds(w.deliveryQueue)).toEqual([]);
-      expect(rx.to(path)).toHaveLength(1);
-    } finally {
-      rx.answer(() => ({ status: 200 }));
-    }
+    // Entries idle for 2.5 s are taken over (well above the 1 s the loop may block reading).
+    await fanout("lease-a", 2_500, direct(deliveryWorker(7_000))).start();
+    const [eventId] = await recordEvents(userId, "p_direct_lease", 1);
+    await rx.waitFor((r) => r.to(path).length === 1, { what: "the first attempt" });
+    // A second consumer (another process: its own blocking connection) that takes over entries
+    // idle for 2.5 s, while the attempt takes 5 s.
+    const ownBlocking = connectRedis();
+    w.closers.push(async () => ownBlocking.disconnect());
+    const other = fanout("lease-b", 2_500, undefined, ownBlocking);
+    await other.start();
+    await waitFor(async () => (await w.attemptLog.get(userId, deliveryOf(eventId as string)))?.status === "delivered", {
+      timeoutMs: 10_000,
+      what: "the slow attempt recorded as delivered",
+    });
+    await waitFor(async () => (await outboxPending()) === 0, { what: "the entry acknowledged" });
+    // Taken over, the entry would have become a redo job (the delivery worker is not running).
+    expect(await jobIds(w.deliveryQueue)).toEqual([]);
+    expect(rx.to(path)).toHaveLength(1);
   });
 
   it("queues a delivery as a redo when its direct attempt fails unexpectedly", async () => {
@@ -503,48 +492,44 @@ describe("delivery worker: attempt record reads", () => {
     const userId = newUserId();
     const path = `/redo-pending-${randomBytes(4).toString("hex")}`;
     const { hook, deliveryOf } = await hookedUser(path, "p_redo_pending", userId);
-    rx.answer((req) => (req.path === path ? { status: 500 } : { status: 200 }));
-    try {
-      const deliveryId = deliveryOf("1-1");
-      const base = {
-        id: deliveryId,
-        user_id: userId,
-        listener_id: hook.id,
-        listener_kind: "webhook" as const,
-        event_id: "1-1",
-        emitter_id: "p_redo_pending",
-        event_name: "",
-        payload: "{}",
-        accepted_at_ms: Date.now(),
-      };
-      // Three of the schedule's four attempts are recorded (a process died before queueing the next).
-      for (let i = 0; i < 3; i++) {
-        await w.attemptLog.upsert(base, {
-          status: "pending",
-          attempt: { at: new Date().toISOString(), status_code: 500, duration_ms: 1, error: "HTTP 500" },
-        });
-      }
-      const data = {
-        userId,
-        deliveryId,
-        listenerKind: "webhook" as const,
-        listenerId: hook.id,
-        emitterId: base.emitter_id,
-        channel: "",
-        eventId: "1-1",
-        payload: "{}",
-        acceptedAtMs: base.accepted_at_ms,
-        redo: true as const,
-      };
-      await w.deliveryQueue.add("webhook", data, { jobId: deliveryId, attempts: 4 });
-      deliveryWorker().start();
-      // The fourth attempt is the schedule's last: it gives up instead of starting the schedule over.
-      await waitFor(async () => (await w.attemptLog.get(userId, deliveryId))?.status === "failed", { what: "the delivery to fail" });
-      expect(rx.to(path).map((r) => r.headers["x-tributary-attempt"])).toEqual(["4"]);
-      expect((await w.attemptLog.get(userId, deliveryId))?.attempts).toHaveLength(4);
-    } finally {
-      rx.answer(() => ({ status: 200 }));
+    answers.set(path, () => ({ status: 500 }));
+    const deliveryId = deliveryOf("1-1");
+    const base = {
+      id: deliveryId,
+      user_id: userId,
+      listener_id: hook.id,
+      listener_kind: "webhook" as const,
+      event_id: "1-1",
+      emitter_id: "p_redo_pending",
+      event_name: "",
+      payload: "{}",
+      accepted_at_ms: Date.now(),
+    };
+    // Three of the schedule's four attempts are recorded (a process died before queueing the next).
+    for (let i = 0; i < 3; i++) {
+      await w.attemptLog.upsert(base, {
+        status: "pending",
+        attempt: { at: new Date().toISOString(), status_code: 500, duration_ms: 1, error: "HTTP 500" },
+      });
     }
+    const data = {
+      userId,
+      deliveryId,
+      listenerKind: "webhook" as const,
+      listenerId: hook.id,
+      emitterId: base.emitter_id,
+      channel: "",
+      eventId: "1-1",
+      payload: "{}",
+      acceptedAtMs: base.accepted_at_ms,
+      redo: true as const,
+    };
+    await w.deliveryQueue.add("webhook", data, { jobId: deliveryId, attempts: 4 });
+    deliveryWorker().start();
+    // The fourth attempt is the schedule's last: it gives up instead of starting the schedule over.
+    await waitFor(async () => (await w.attemptLog.get(userId, deliveryId))?.status === "failed", { what: "the delivery to fail" });
+    expect(rx.to(path).map((r) => r.headers["x-tributary-attempt"])).toEqual(["4"]);
+    expect((await w.attemptLog.get(userId, deliveryId))?.attempts).toHaveLength(4);
   });
 });
 
