@@ -531,8 +531,10 @@ describe("at-least-once delivery across crashes (SPEC §6)", () => {
     });
     expect(res.failedRequests, res.firstFailure).toBe(0);
     expect(res.acked.size).toBe(TOTAL_EVENTS);
-    // A worker stopped in order finishes its attempts in flight: no job waits for a stalled-job check.
+    // A worker stopped in order finishes its attempts in flight: no job waits for a stalled-job
+    // check, and no outbox entry it read is left unacknowledged (its direct attempts settled).
     expect(atWorkerStop?.activeJobs).toBe(0);
+    expect(atWorkerStop?.outboxReadNotAcked).toBe(0);
     const undeliveredAtRedisKill = [...res.acked].filter((id) => !tally(hookPath).unique.has(id)).length;
     // At least the half accepted while no worker ran is waiting between acceptance and delivery.
     expect(undeliveredAtRedisKill).toBeGreaterThanOrEqual(TOTAL_EVENTS / 2);
