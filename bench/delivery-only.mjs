@@ -27,7 +27,7 @@ import { createMetrics } from "../dist/src/observability/metrics.js";
 import { QUEUES } from "../dist/src/queue/catalog.js";
 import { createKeys } from "../dist/src/store/keys.js";
 import { SubscriptionStore } from "../dist/src/store/subscriptions.js";
-import { WebhookCache } from "../dist/src/store/webhook-cache.js";
+import { ListenerCache } from "../dist/src/store/listener-cache.js";
 import { WebhookStore } from "../dist/src/store/webhooks.js";
 import { WorkflowStore } from "../dist/src/store/workflows.js";
 
@@ -131,7 +131,8 @@ async function once(kind, profFile) {
 
   const agent = kind === "plain" ? new Agent({ keepAliveTimeout: 4_000 }) : createGuardedAgent({ allowPrivate: true });
   const sender = createSender({ agent, timeoutMs: 15_000 });
-  const cache = new WebhookCache(webhooks, { subscriber, channel: keys.webhookChanges(), logger });
+  const workflows = new WorkflowStore(ctx);
+  const cache = new ListenerCache(webhooks, workflows, { subscriber, channel: keys.listenerChanges(), logger });
   await cache.start();
   const worker =
     kind === "plain"
@@ -156,7 +157,7 @@ async function once(kind, profFile) {
           attemptLog: new AttemptLog(redis, keys, 1000, Date.now),
           webhooks,
           webhookReader: cache,
-          workflows: new WorkflowStore(ctx),
+          workflows,
           scheduleMs: [1000, 2000],
           logger,
           metrics,

@@ -38,7 +38,7 @@ import { createKeys } from "./store/keys.js";
 import { SourceStore } from "./store/sources.js";
 import { SubscriptionStore } from "./store/subscriptions.js";
 import { AuthCache } from "./store/auth-cache.js";
-import { WebhookCache } from "./store/webhook-cache.js";
+import { ListenerCache } from "./store/listener-cache.js";
 import { UserStore } from "./store/users.js";
 import { WebhookStore } from "./store/webhooks.js";
 import { WorkflowStore } from "./store/workflows.js";
@@ -167,14 +167,18 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   let deliveryWorker: DeliveryWorker | undefined;
   let maintenance: MaintenanceWorker | undefined;
   if (roles.has("worker")) {
-    // Webhooks are read from an in-process cache that webhook changes invalidate over pub/sub
-    // (store/webhook-cache.ts).
-    const webhookSubscriber = new Redis(opts.redisUrl, patient);
-    webhookSubscriber.on("error", () => {});
-    const webhookCache = new WebhookCache(webhookStore, { subscriber: webhookSubscriber, channel: keys.webhookChanges(), logger });
-    // Not awaited: until the subscription is live, webhooks are read from Redis.
-    void webhookCache.start();
-    closers.push(() => webhookCache.stop());
+    // Webhooks and workflows are read from an in-process cache that their changes invalidate over
+    // pub/sub (store/listener-cache.ts).
+    const listenerSubscriber = new Redis(opts.redisUrl, patient);
+    listenerSubscriber.on("error", () => {});
+    const listenerCache = new ListenerCache(webhookStore, workflowStore, {
+      subscriber: listenerSubscriber,
+      channel: keys.listenerChanges(),
+      logger,
+    });
+    // Not awaited: until the subscription is live, listeners are read from Redis.
+    void listenerCache.start();
+    closers.push(() => listenerCache.stop());
     deliveryWorker = new DeliveryWorker({
       connection,
       prefix: keys.bullPrefix,
@@ -182,8 +186,9 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       sender,
       attemptLog,
       webhooks: webhookStore,
-      webhookReader: webhookCache,
+      webhookReader: listenerCache,
       workflows: workflowStore,
+      workflowReader: { get: (userId, id) => listenerCache.workflow(userId, id) },
       scheduleMs: config.deliveryRetryScheduleMs,
       logger,
       metrics,

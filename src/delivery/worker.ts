@@ -6,7 +6,7 @@ import type { Metrics } from "../observability/metrics.js";
 import { deliveryJob, type DeliveryJob, QUEUES } from "../queue/catalog.js";
 import { WORKER_RECOVERY } from "../queue/worker-options.js";
 import type { WebhookRecord, WebhookStore } from "../store/webhooks.js";
-import type { WorkflowStore } from "../store/workflows.js";
+import type { WorkflowRecord, WorkflowStore } from "../store/workflows.js";
 import type { AttemptLog, DeliveryBase, DeliveryRecord } from "./attempt-log.js";
 import type { Sender, SendResult } from "./sender.js";
 
@@ -36,6 +36,8 @@ export interface DeliveryWorkerDeps {
   /** Where attempts read webhooks (the webhook cache); default `webhooks`, a Redis read each time. */
   webhookReader?: { get(userId: string, id: string): Promise<WebhookRecord | undefined> };
   workflows: WorkflowStore;
+  /** Where attempts read workflows (the listener cache); default `workflows`, a Redis read each time. */
+  workflowReader?: { get(userId: string, id: string): Promise<WorkflowRecord | undefined> };
   scheduleMs: readonly number[];
   logger: Logger;
   metrics: Metrics;
@@ -73,11 +75,13 @@ export class DeliveryWorker {
   private readonly now: () => number;
   private readonly random: () => number;
   private readonly webhookReader: NonNullable<DeliveryWorkerDeps["webhookReader"]>;
+  private readonly workflowReader: NonNullable<DeliveryWorkerDeps["workflowReader"]>;
 
   constructor(private readonly d: DeliveryWorkerDeps) {
     this.now = d.now ?? Date.now;
     this.random = d.random ?? Math.random;
     this.webhookReader = d.webhookReader ?? d.webhooks;
+    this.workflowReader = d.workflowReader ?? d.workflows;
     this.worker = new Worker(QUEUES.delivery, (job) => this.process(job), {
       connection: d.connection,
       prefix: d.prefix,
@@ -110,7 +114,7 @@ export class DeliveryWorker {
   }
 
   private async workflowTarget(job: DeliveryJob): Promise<Target> {
-    const wf = await this.d.workflows.get(job.userId, job.listenerId);
+    const wf = await this.workflowReader.get(job.userId, job.listenerId);
     if (!wf) return { skip: "workflow was deleted", why: "gone" };
     if (!wf.trigger_url) return { skip: "undeliverable: the workflow has no trigger_url", why: "undeliverable" };
     return { url: wf.trigger_url, secret: null };

@@ -3,7 +3,7 @@ import type { Logger } from "../observability/logger.js";
 import { InvalidatedCache } from "./invalidated-cache.js";
 
 /**
- * The pub/sub side of an in-process cache (`auth-cache.ts`, `webhook-cache.ts`): subscribes a
+ * The pub/sub side of an in-process cache (`auth-cache.ts`, `listener-cache.ts`): subscribes a
  * connection of its own to one channel, hands every message to the cache, and says whether the
  * cache may be used. It may only while the subscription is live: when the connection drops, the
  * feed reports "down" (the cache empties) and lookups go to Redis until it is subscribed again,

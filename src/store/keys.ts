@@ -6,6 +6,11 @@
  */
 export type Keys = ReturnType<typeof createKeys>;
 
+/** The message on `keys.listenerChanges()`: one webhook or workflow, or every one of the user (`*`). */
+export function listenerChangeMessage(userId: string, id: string | "*"): string {
+  return `${userId} ${id}`;
+}
+
 /** Channel names as stored: "" and "default" are the same default channel. */
 export function normalizeChannel(name: string | undefined | null): string {
   return !name || name === "default" ? "" : name;
@@ -24,8 +29,11 @@ export function createKeys(prefix: string) {
     apiKeys: () => `${g}:apikeys`,
     /** pub/sub channel: digests of API keys that stopped working (auth caches drop them) */
     apiKeyRevocations: () => `${g}:apikeys:revoked`,
-    /** pub/sub channel: "<user id> <webhook id>" (or "<user id> *") after a webhook changed (webhook caches drop it) */
-    webhookChanges: () => `${g}:webhooks:changed`,
+    /**
+     * pub/sub channel: "<user id> <webhook or workflow id>" (or "<user id> *") after a delivery
+     * listener's record changed (listener caches drop it); see listenerChangeMessage
+     */
+    listenerChanges: () => `${g}:listeners:changed`,
     /** zset: user ids by creation time */
     users: () => `${g}:users`,
     /** hash: username -> user id (uniqueness) */

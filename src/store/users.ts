@@ -2,7 +2,7 @@ import { hash } from "node:crypto";
 import { newId, randomBase62 } from "../domain/ids.js";
 import { ConflictError, NotFoundError } from "../domain/errors.js";
 import { epochSeconds, type StoreContext } from "./context.js";
-import { webhookChangeMessage } from "./webhooks.js";
+import { listenerChangeMessage } from "./keys.js";
 
 export type Plan = "free" | "paid";
 
@@ -142,8 +142,8 @@ export class UserStore {
       cursor = next;
       if (found.length > 0) await redis.unlink(...found);
     } while (cursor !== "0");
-    // Webhook caches drop every webhook of the user, once they are gone from Redis (a cache that
+    // Listener caches drop every webhook and workflow of the user, once they are gone from Redis (a cache that
     // read one before the unlink would otherwise keep it).
-    await redis.publish(keys.webhookChanges(), webhookChangeMessage(id, "*"));
+    await redis.publish(keys.listenerChanges(), listenerChangeMessage(id, "*"));
   }
 }

@@ -2,6 +2,7 @@ import type { PageRequest } from "../domain/pagination.js";
 import { newId } from "../domain/ids.js";
 import { epochSeconds, parseStored, type StoreContext } from "./context.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
+import { listenerChangeMessage } from "./keys.js";
 
 export interface WebhookRecord {
   id: string;
@@ -22,11 +23,6 @@ export interface WebhookPatch {
   active?: boolean;
 }
 
-/** The message on `keys.webhookChanges()`: one webhook, or every webhook of the user (`*`). */
-export function webhookChangeMessage(userId: string, id: string | "*"): string {
-  return `${userId} ${id}`;
-}
-
 export class WebhookStore {
   private readonly changeListeners = new Set<(message: string) => void>();
 
@@ -34,7 +30,7 @@ export class WebhookStore {
 
   /**
    * Called (in this process, after the change is committed) with the change message of every
-   * update or deletion made through this store; other processes read it on `webhookChanges`.
+   * update or deletion made through this store; other processes read it on `listenerChanges`.
    */
   onChange(listener: (message: string) => void): void {
     this.changeListeners.add(listener);
@@ -84,14 +80,14 @@ export class WebhookStore {
     const current = await this.get(userId, id);
     if (!current) return undefined;
     const next: WebhookRecord = { ...current, ...definedOnly(patch), updated_at: epochSeconds(this.ctx.now()) };
-    // SET XX: a webhook deleted meanwhile is not resurrected. Webhook caches learn of the change
+    // SET XX: a webhook deleted meanwhile is not resurrected. Listener caches learn of the change
     // from the message published in the same transaction.
     const { redis, keys } = this.ctx;
-    const message = webhookChangeMessage(userId, id);
+    const message = listenerChangeMessage(userId, id);
     const res = await redis
       .multi()
       .set(keys.webhook(userId, id), JSON.stringify(next), "XX")
-      .publish(keys.webhookChanges(), message)
+      .publish(keys.listenerChanges(), message)
       .exec();
     this.changed(message);
     return res?.[0]?.[1] === "OK" ? next : undefined;
@@ -101,10 +97,10 @@ export class WebhookStore {
   async delete(userId: string, id: string): Promise<boolean> {
     const { redis, keys } = this.ctx;
     const deliveryIds = await redis.zrange(keys.deliveries(userId, id), 0, -1);
-    const message = webhookChangeMessage(userId, id);
+    const message = listenerChangeMessage(userId, id);
     const tx = redis.multi().del(keys.webhook(userId, id)).zrem(keys.webhooks(userId), id).del(keys.deliveries(userId, id));
     for (const d of deliveryIds) tx.del(keys.delivery(userId, d));
-    const res = await tx.publish(keys.webhookChanges(), message).exec();
+    const res = await tx.publish(keys.listenerChanges(), message).exec();
     this.changed(message);
     return Number(res?.[0]?.[1] ?? 0) > 0;
   }

@@ -1,4 +1,5 @@
 import { epochSeconds, parseStored, type StoreContext } from "./context.js";
+import { listenerChangeMessage } from "./keys.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
 import type { PageRequest } from "../domain/pagination.js";
 
@@ -12,7 +13,22 @@ export interface WorkflowRecord {
 
 /** Workflows are chosen by the caller and registered the first time they are seen (SPEC §3). */
 export class WorkflowStore {
+  private readonly changeListeners = new Set<(message: string) => void>();
+
   constructor(private readonly ctx: StoreContext) {}
+
+  /**
+   * Called (in this process, after the change is committed) with the change message of every
+   * update or deletion made through this store; other processes read it on `listenerChanges`.
+   * Registering a new workflow changes nothing a cache can hold (caches never keep misses).
+   */
+  onChange(listener: (message: string) => void): void {
+    this.changeListeners.add(listener);
+  }
+
+  private changed(message: string): void {
+    for (const listener of this.changeListeners) listener(message);
+  }
 
   key(userId: string, id: string): string {
     return this.ctx.keys.workflow(userId, id);
@@ -50,7 +66,14 @@ export class WorkflowStore {
       ...(patch.trigger_url !== undefined ? { trigger_url: patch.trigger_url } : {}),
       updated_at: epochSeconds(this.ctx.now()),
     };
-    await this.ctx.redis.set(this.ctx.keys.workflow(userId, id), JSON.stringify(next));
+    // Listener caches learn of the change from the message published in the same transaction.
+    const message = listenerChangeMessage(userId, id);
+    await this.ctx.redis
+      .multi()
+      .set(this.ctx.keys.workflow(userId, id), JSON.stringify(next))
+      .publish(this.ctx.keys.listenerChanges(), message)
+      .exec();
+    this.changed(message);
     return { workflow: next, created };
   }
 
@@ -66,7 +89,14 @@ export class WorkflowStore {
 
   async delete(userId: string, id: string): Promise<boolean> {
     const { redis, keys } = this.ctx;
-    const res = await redis.multi().del(keys.workflow(userId, id)).zrem(keys.workflows(userId), id).exec();
+    const message = listenerChangeMessage(userId, id);
+    const res = await redis
+      .multi()
+      .del(keys.workflow(userId, id))
+      .zrem(keys.workflows(userId), id)
+      .publish(keys.listenerChanges(), message)
+      .exec();
+    this.changed(message);
     return Number(res?.[0]?.[1] ?? 0) > 0;
   }
 }

@@ -4,14 +4,16 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../../../src/observability/logger.js";
 import { createKeys } from "../../../src/store/keys.js";
 import { UserStore } from "../../../src/store/users.js";
-import { WebhookCache } from "../../../src/store/webhook-cache.js";
+import { ListenerCache } from "../../../src/store/listener-cache.js";
 import { WebhookStore } from "../../../src/store/webhooks.js";
+import { WorkflowStore } from "../../../src/store/workflows.js";
 import { waitFor } from "../../helpers/receiver.js";
 import { sharedKeySpace } from "../../helpers/redis.js";
 
 /**
- * The delivery worker's webhook cache against a real Redis: two "processes" (each its own stores,
- * WebhookCache and subscriber connection) share one key space, as an API and a worker process would.
+ * The delivery worker's listener cache (webhooks and workflows) against a real Redis: two
+ * "processes" (each its own stores, ListenerCache and subscriber connection) share one key space,
+ * as an API and a worker process would.
  */
 const space = sharedKeySpace();
 const keys = createKeys(space.prefix);
@@ -23,8 +25,9 @@ function process_() {
   const subscriber = space.connect();
   const ctx = { redis: conn, keys, now: Date.now, randomBytes };
   const webhooks = new WebhookStore(ctx);
-  const cache = new WebhookCache(webhooks, { subscriber, channel: keys.webhookChanges(), logger });
-  return { webhooks, users: new UserStore(ctx), cache, subscriber };
+  const workflows = new WorkflowStore(ctx);
+  const cache = new ListenerCache(webhooks, workflows, { subscriber, channel: keys.listenerChanges(), logger });
+  return { webhooks, workflows, users: new UserStore(ctx), cache, subscriber };
 }
 
 beforeAll(() => {
@@ -40,7 +43,7 @@ async function rewriteBehindTheBack(userId: string, id: string, url: string): Pr
   await redis.set(keys.webhook(userId, id), JSON.stringify({ ...raw, url }));
 }
 
-describe("WebhookCache", () => {
+describe("ListenerCache: webhooks", () => {
   it("answers a webhook it read from memory", async () => {
     const a = process_();
     await a.cache.start();
@@ -108,5 +111,51 @@ describe("WebhookCache", () => {
     await a.cache.stop();
     expect(a.cache.isLive()).toBe(false);
     expect((await a.cache.get("u_cache4", hook.id))?.url).toBe("https://example.com/after");
+  });
+});
+
+describe("ListenerCache: workflows", () => {
+  /** Overwrites a workflow record behind every cache's back. */
+  async function rewriteWorkflow(userId: string, id: string, triggerUrl: string): Promise<void> {
+    const raw = JSON.parse((await redis.get(keys.workflow(userId, id))) as string);
+    await redis.set(keys.workflow(userId, id), JSON.stringify({ ...raw, trigger_url: triggerUrl }));
+  }
+
+  it("answers a workflow it read from memory, and sees a trigger_url change at once here and on the message elsewhere", async () => {
+    const a = process_();
+    const b = process_();
+    await Promise.all([a.cache.start(), b.cache.start()]);
+    // Set up without a change message (one would race with the reads below).
+    await a.workflows.register("u_wfcache1", "p_one");
+    await rewriteWorkflow("u_wfcache1", "p_one", "https://example.com/one");
+    expect((await b.cache.workflow("u_wfcache1", "p_one"))?.trigger_url).toBe("https://example.com/one");
+    await rewriteWorkflow("u_wfcache1", "p_one", "https://example.com/behind");
+    expect((await b.cache.workflow("u_wfcache1", "p_one"))?.trigger_url).toBe("https://example.com/one"); // from memory
+
+    expect((await a.cache.workflow("u_wfcache1", "p_one"))?.trigger_url).toBe("https://example.com/behind");
+    await a.workflows.upsert("u_wfcache1", "p_one", { trigger_url: "https://example.com/two" });
+    expect((await a.cache.workflow("u_wfcache1", "p_one"))?.trigger_url).toBe("https://example.com/two");
+    await waitFor(async () => (await b.cache.workflow("u_wfcache1", "p_one"))?.trigger_url === "https://example.com/two", {
+      what: "process b to see the new trigger_url",
+    });
+  });
+
+  it("forgets a deleted workflow, and every workflow of a deleted user", async () => {
+    const a = process_();
+    const b = process_();
+    await Promise.all([a.cache.start(), b.cache.start()]);
+    await a.workflows.upsert("u_wfcache2", "p_gone", { trigger_url: "https://example.com/gone" });
+    expect(await b.cache.workflow("u_wfcache2", "p_gone")).toBeDefined();
+    await a.workflows.delete("u_wfcache2", "p_gone");
+    expect(await a.cache.workflow("u_wfcache2", "p_gone")).toBeUndefined();
+    await waitFor(async () => (await b.cache.workflow("u_wfcache2", "p_gone")) === undefined, { what: "process b to drop the workflow" });
+
+    const { user } = await a.users.create({ username: `u${randomBytes(4).toString("hex")}`, email: "w@example.com", plan: "free" });
+    await a.workflows.upsert(user.id, "p_doomed", { trigger_url: "https://example.com/doomed" });
+    expect(await b.cache.workflow(user.id, "p_doomed")).toBeDefined();
+    await a.users.delete(user.id);
+    await waitFor(async () => (await b.cache.workflow(user.id, "p_doomed")) === undefined, {
+      what: "process b to drop the deleted user's workflow",
+    });
   });
 });
