@@ -1,5 +1,5 @@
 import type { Redis } from "ioredis";
-import { applyDedupe, type DedupeState } from "../domain/dedupe.js";
+import { applyDedupe } from "../domain/dedupe.js";
 import { newId, type RandomBytes } from "../domain/ids.js";
 import type { EmitInput, Ingest } from "../events/ingest.js";
 import type { Logger } from "../observability/logger.js";
@@ -7,6 +7,7 @@ import type { Metrics } from "../observability/metrics.js";
 import type { ComponentService } from "../services/components.js";
 import type { ComponentRecord } from "../store/components.js";
 import { parseStored } from "../store/context.js";
+import { DedupeStateStore } from "../store/dedupe-state.js";
 import type { Keys } from "../store/keys.js";
 import type { SourceRecord, SourceStore } from "../store/sources.js";
 import type { Quotas } from "./quotas.js";
@@ -54,7 +55,11 @@ export interface RunnerDeps {
  * its db state and counts the run against the user's quota.
  */
 export class SourceRunner {
-  constructor(private readonly d: RunnerDeps) {}
+  private readonly dedupe: DedupeStateStore;
+
+  constructor(private readonly d: RunnerDeps) {
+    this.dedupe = new DedupeStateStore(d.redis, d.keys);
+  }
 
   async run(spec: RunSpec): Promise<RunOutcome> {
     const { d } = this;
@@ -111,12 +116,14 @@ export class SourceRunner {
     const userId = source.user_id;
     if (result.dbChanged) await d.redis.set(d.keys.sourceDb(userId, source.id), JSON.stringify(result.db));
     let kept = result.emits;
-    if (component.dedupe && kept.length > 0) {
-      const key = d.keys.sourceDedupe(userId, source.id);
-      const state = parseStored<DedupeState>(await d.redis.get(key)) ?? {};
-      const deduped = applyDedupe(component.dedupe, kept, state);
-      kept = deduped.kept;
-      await d.redis.set(key, JSON.stringify(deduped.state));
+    const strategy = component.dedupe;
+    if (strategy && kept.length > 0) {
+      // Atomic: concurrent runs of the source each see the ids the other kept.
+      const emits = kept;
+      kept = await this.dedupe.update(userId, source.id, (state) => {
+        const deduped = applyDedupe(strategy, emits, state);
+        return { state: deduped.state, result: deduped.kept };
+      });
     }
     const records: EmitInput[] = kept.map((e) => ({
       event: e.event,

@@ -1,0 +1,51 @@
+import type { Redis } from "ioredis";
+import type { DedupeState } from "../domain/dedupe.js";
+import { parseStored } from "./context.js";
+import type { Keys } from "./keys.js";
+
+/**
+ * Sets KEYS[1] to ARGV[2] only if it still holds ARGV[1] ("" standing for "absent"): a
+ * compare-and-set, so a read-modify-write that lost a race is redone instead of overwriting.
+ */
+const COMPARE_AND_SET_LUA = `
+local current = redis.call('GET', KEYS[1])
+if (current == false and ARGV[1] == '') or current == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`;
+
+/** Rounds of re-reading before giving up (each means another run of the source changed the state meanwhile). */
+const MAX_ROUNDS = 50;
+
+/**
+ * A source's dedupe state (SPEC §5), updated atomically: two runs of one source may finish at the
+ * same time (queued runs work in parallel), and each must see the ids the other kept, or both would
+ * emit the same id.
+ */
+export class DedupeStateStore {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+  ) {
+    if (!("tribCompareAndSet" in redis)) redis.defineCommand("tribCompareAndSet", { numberOfKeys: 1, lua: COMPARE_AND_SET_LUA });
+  }
+
+  /**
+   * Applies `step` to the state and stores what it returns, as one atomic change: when another run
+   * changed the state between the read and the write, the state is read again and `step` runs
+   * again on it. Returns `step`'s result of the round that was stored.
+   */
+  async update<T>(userId: string, sourceId: string, step: (state: DedupeState) => { state: DedupeState; result: T }): Promise<T> {
+    const key = this.keys.sourceDedupe(userId, sourceId);
+    for (let round = 0; round < MAX_ROUNDS; round++) {
+      const raw = await this.redis.get(key);
+      const { state, result } = step(parseStored<DedupeState>(raw) ?? {});
+      // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
+      const stored = await (this.redis as any).tribCompareAndSet(key, raw ?? "", JSON.stringify(state));
+      if (Number(stored) === 1) return result;
+    }
+    throw new Error(`dedupe state of ${sourceId} kept changing; gave up after ${MAX_ROUNDS} rounds`);
+  }
+}
