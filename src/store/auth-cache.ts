@@ -31,7 +31,7 @@ export class AuthCache extends FeedCache<{ readonly userId: string; readonly dig
   }
 
   protected listenLocally(): void {
-    this.users.onKeyRevoked((digest) => this.drop(digest));
+    this.users.revocations.listen((digest) => this.drop(digest));
   }
 
   /** Same contract as `UserStore.authenticate`. */

@@ -34,8 +34,8 @@ export class ListenerCache extends FeedCache<WebhookRecord | WorkflowRecord> {
   }
 
   protected listenLocally(): void {
-    this.webhooks.onChange((message) => this.drop(message));
-    this.workflows.onChange((message) => this.drop(message));
+    this.webhooks.changes.listen((message) => this.drop(message));
+    this.workflows.changes.listen((message) => this.drop(message));
   }
 
   /** Same contract as `WebhookStore.get`. */

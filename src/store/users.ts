@@ -2,6 +2,7 @@ import { hash } from "node:crypto";
 import { newId, randomBase62 } from "../domain/ids.js";
 import { ConflictError, NotFoundError } from "../domain/errors.js";
 import { epochSeconds, type StoreContext } from "./context.js";
+import { LocalChanges } from "./local-changes.js";
 import { listenerChangeMessage } from "./keys.js";
 
 export type Plan = "free" | "paid";
@@ -23,21 +24,13 @@ const hashKey = (key: string): string => hash("sha256", key, "hex");
 
 /** Users and their API keys. Keys are stored hashed; lookups go through the hash. */
 export class UserStore {
-  private readonly revokedListeners = new Set<(digest: string) => void>();
+  /**
+   * The digest of every key that stopped working, in this process; other processes learn it from
+   * the `apiKeyRevocations` channel.
+   */
+  readonly revocations = new LocalChanges();
 
   constructor(private readonly ctx: StoreContext) {}
-
-  /**
-   * Called with a key's digest once the key stopped working (after the change is committed),
-   * in this process; other processes learn it from the `apiKeyRevocations` channel.
-   */
-  onKeyRevoked(listener: (digest: string) => void): void {
-    this.revokedListeners.add(listener);
-  }
-
-  private revoked(digest: string): void {
-    for (const listener of this.revokedListeners) listener(digest);
-  }
 
   private newApiKey(): string {
     return `trib_${randomBase62(40, this.ctx.randomBytes)}`;
@@ -114,7 +107,7 @@ export class UserStore {
       // Auth caches (auth-cache.ts) drop the old key when this arrives.
       .publish(keys.apiKeyRevocations(), user.api_key_hash)
       .exec();
-    this.revoked(user.api_key_hash);
+    this.revocations.emit(user.api_key_hash);
     return apiKey;
   }
 
@@ -135,7 +128,7 @@ export class UserStore {
       .zrem(keys.users(), id)
       .publish(keys.apiKeyRevocations(), user.api_key_hash)
       .exec();
-    this.revoked(user.api_key_hash);
+    this.revocations.emit(user.api_key_hash);
     let cursor = "0";
     do {
       const [next, found] = await redis.scan(cursor, "MATCH", `${keys.prefix}:{${id}}:*`, "COUNT", 500);

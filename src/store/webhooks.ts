@@ -2,6 +2,7 @@ import type { PageRequest } from "../domain/pagination.js";
 import { newId } from "../domain/ids.js";
 import { epochSeconds, parseStored, type StoreContext } from "./context.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
+import { LocalChanges } from "./local-changes.js";
 import { listenerChangeMessage } from "./keys.js";
 
 export interface WebhookRecord {
@@ -24,21 +25,13 @@ export interface WebhookPatch {
 }
 
 export class WebhookStore {
-  private readonly changeListeners = new Set<(message: string) => void>();
+  /**
+   * The change message of every update or deletion made through this store, in this process;
+   * other processes read it on `listenerChanges`.
+   */
+  readonly changes = new LocalChanges();
 
   constructor(private readonly ctx: StoreContext) {}
-
-  /**
-   * Called (in this process, after the change is committed) with the change message of every
-   * update or deletion made through this store; other processes read it on `listenerChanges`.
-   */
-  onChange(listener: (message: string) => void): void {
-    this.changeListeners.add(listener);
-  }
-
-  private changed(message: string): void {
-    for (const listener of this.changeListeners) listener(message);
-  }
 
   async create(
     userId: string,
@@ -89,7 +82,7 @@ export class WebhookStore {
       .set(keys.webhook(userId, id), JSON.stringify(next), "XX")
       .publish(keys.listenerChanges(), message)
       .exec();
-    this.changed(message);
+    this.changes.emit(message);
     return res?.[0]?.[1] === "OK" ? next : undefined;
   }
 
@@ -101,7 +94,7 @@ export class WebhookStore {
     const tx = redis.multi().del(keys.webhook(userId, id)).zrem(keys.webhooks(userId), id).del(keys.deliveries(userId, id));
     for (const d of deliveryIds) tx.del(keys.delivery(userId, d));
     const res = await tx.publish(keys.listenerChanges(), message).exec();
-    this.changed(message);
+    this.changes.emit(message);
     return Number(res?.[0]?.[1] ?? 0) > 0;
   }
 }

@@ -1,4 +1,5 @@
 import { epochSeconds, parseStored, type StoreContext } from "./context.js";
+import { LocalChanges } from "./local-changes.js";
 import { listenerChangeMessage } from "./keys.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
 import type { PageRequest } from "../domain/pagination.js";
@@ -13,22 +14,14 @@ export interface WorkflowRecord {
 
 /** Workflows are chosen by the caller and registered the first time they are seen (SPEC §3). */
 export class WorkflowStore {
-  private readonly changeListeners = new Set<(message: string) => void>();
-
-  constructor(private readonly ctx: StoreContext) {}
-
   /**
-   * Called (in this process, after the change is committed) with the change message of every
-   * update or deletion made through this store; other processes read it on `listenerChanges`.
+   * The change message of every update or deletion made through this store, in this process;
+   * other processes read it on `listenerChanges`.
    * Registering a new workflow changes nothing a cache can hold (caches never keep misses).
    */
-  onChange(listener: (message: string) => void): void {
-    this.changeListeners.add(listener);
-  }
+  readonly changes = new LocalChanges();
 
-  private changed(message: string): void {
-    for (const listener of this.changeListeners) listener(message);
-  }
+  constructor(private readonly ctx: StoreContext) {}
 
   key(userId: string, id: string): string {
     return this.ctx.keys.workflow(userId, id);
@@ -73,7 +66,7 @@ export class WorkflowStore {
       .set(this.ctx.keys.workflow(userId, id), JSON.stringify(next))
       .publish(this.ctx.keys.listenerChanges(), message)
       .exec();
-    this.changed(message);
+    this.changes.emit(message);
     return { workflow: next, created };
   }
 
@@ -96,7 +89,7 @@ export class WorkflowStore {
       .zrem(keys.workflows(userId), id)
       .publish(keys.listenerChanges(), message)
       .exec();
-    this.changed(message);
+    this.changes.emit(message);
     return Number(res?.[0]?.[1] ?? 0) > 0;
   }
 }
