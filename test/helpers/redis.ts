@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
-import { afterAll, beforeAll, inject } from "vitest";
+import { afterAll, afterEach, beforeAll, beforeEach, inject } from "vitest";
+import { createKeys, type Keys } from "../../src/store/keys.js";
 
 /** The Redis URL found by the global setup. */
 export function redisUrl(): string {
@@ -56,4 +57,29 @@ export function sharedKeySpace(): { prefix: string; connect: () => Redis; redis:
       return spare;
     },
   };
+}
+
+export interface KeySpace {
+  prefix: string;
+  keys: Keys;
+  redis: Redis;
+}
+
+/**
+ * A fresh key space for every test of the file: the returned object's fields are set before each
+ * test (a new prefix, its keys and a connection); after it the keys are dropped and the connection
+ * closed.
+ */
+export function keySpacePerTest(): KeySpace {
+  const space = {} as KeySpace;
+  beforeEach(() => {
+    space.prefix = testPrefix();
+    space.keys = createKeys(space.prefix);
+    space.redis = connectRedis();
+  });
+  afterEach(async () => {
+    await dropPrefix(space.redis, space.prefix);
+    space.redis.disconnect();
+  });
+  return space;
 }

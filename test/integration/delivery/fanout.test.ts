@@ -163,12 +163,7 @@ describe("fan-out redo", () => {
   it("adds one job and one delivery per event and listener, however often an entry is fanned out", async () => {
     const userId = newUserId();
     const path = `/redo-${randomBytes(4).toString("hex")}`;
-    const hook = await new WebhookStore(w.ctx).create(userId, {
-      url: rx.url(path),
-      name: null,
-      description: null,
-      signingSecret: `whsec_${randomBytes(24).toString("base64")}`,
-    });
+    const hook = await newWebhook(userId, path);
     const emitter = "p_redo";
     await w.subscriptions.create(userId, emitter, hook.id, "");
     await w.subscriptions.create(userId, "p_*", hook.id, "default"); // the same listener again, through a glob
@@ -239,14 +234,19 @@ function direct(
   });
 }
 
-/** A user with a signed webhook at `path` on the receiver, subscribed to `emitter`. */
-async function hookedUser(path: string, emitter: string, userId = newUserId()) {
-  const hook = await new WebhookStore(w.ctx).create(userId, {
+/** A signed webhook of `userId` at `path` on the receiver. */
+function newWebhook(userId: string, path: string) {
+  return new WebhookStore(w.ctx).create(userId, {
     url: rx.url(path),
     name: null,
     description: null,
     signingSecret: `whsec_${randomBytes(24).toString("base64")}`,
   });
+}
+
+/** A user with a signed webhook at `path` on the receiver, subscribed to `emitter`. */
+async function hookedUser(path: string, emitter: string, userId = newUserId()) {
+  const hook = await newWebhook(userId, path);
   await w.subscriptions.create(userId, emitter, hook.id, "");
   await createGroup();
   const deliveryOf = (eventId: string) => deliveryIdFor({ userId, emitterId: emitter, channel: "", eventId }, hook.id);
@@ -402,12 +402,7 @@ describe("delivery worker: attempt record reads", () => {
   it("reads the record of a job taken over from a dead worker, and sends nothing when it was delivered", async () => {
     const userId = newUserId();
     const path = `/takeover-${randomBytes(4).toString("hex")}`;
-    const hook = await new WebhookStore(w.ctx).create(userId, {
-      url: rx.url(path),
-      name: null,
-      description: null,
-      signingSecret: `whsec_${randomBytes(24).toString("base64")}`,
-    });
+    const hook = await newWebhook(userId, path);
     const job = (deliveryId: string, eventId: string) => ({
       userId,
       deliveryId,

@@ -1,35 +1,26 @@
 import { Queue } from "bullmq";
-import type { Redis } from "ioredis";
 import { Registry } from "prom-client";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { FANOUT_GROUP } from "../../../src/events/fanout.js";
 import { createMetrics } from "../../../src/observability/metrics.js";
 import { QueueMonitor } from "../../../src/observability/queue-monitor.js";
 import { QUEUES } from "../../../src/queue/catalog.js";
-import { createKeys, type Keys } from "../../../src/store/keys.js";
-import { connectRedis, dropPrefix, testPrefix } from "../../helpers/redis.js";
+import { keySpacePerTest } from "../../helpers/redis.js";
 
 /**
  * Queue depth and oldest-waiting age (SPEC §7) sampled from real Redis: a BullMQ queue, and the
  * outbox, where direct first attempts wait for their settlement as read-but-unacknowledged entries.
  */
 
-let prefix: string;
-let keys: Keys;
-let redis: Redis;
+const space = keySpacePerTest();
 let queue: Queue;
 
 beforeEach(() => {
-  prefix = testPrefix();
-  keys = createKeys(prefix);
-  redis = connectRedis();
-  queue = new Queue(QUEUES.delivery, { connection: redis.duplicate(), prefix: keys.bullPrefix });
+  queue = new Queue(QUEUES.delivery, { connection: space.redis.duplicate(), prefix: space.keys.bullPrefix });
 });
 
 afterEach(async () => {
   await queue.close();
-  await dropPrefix(redis, prefix);
-  redis.disconnect();
 });
 
 async function gauges(registry: Registry) {
@@ -47,15 +38,15 @@ describe("queue monitor", () => {
     await queue.add("webhook", { n: 2 });
     await queue.add("webhook", { n: 3 }, { delay: 60_000 });
     // Five outbox entries, the oldest 20 s old; a consumer read two and acknowledged none.
-    const outbox = keys.outbox();
-    await redis.xgroup("CREATE", outbox, FANOUT_GROUP, "0", "MKSTREAM");
+    const outbox = space.keys.outbox();
+    await space.redis.xgroup("CREATE", outbox, FANOUT_GROUP, "0", "MKSTREAM");
     const firstMs = Date.now() - 20_000;
-    await redis.xadd(outbox, `${firstMs}-0`, "i", "a");
-    for (let i = 0; i < 4; i++) await redis.xadd(outbox, "*", "i", String(i));
-    await redis.xreadgroup("GROUP", FANOUT_GROUP, "c1", "COUNT", 2, "STREAMS", outbox, ">");
+    await space.redis.xadd(outbox, `${firstMs}-0`, "i", "a");
+    for (let i = 0; i < 4; i++) await space.redis.xadd(outbox, "*", "i", String(i));
+    await space.redis.xreadgroup("GROUP", FANOUT_GROUP, "c1", "COUNT", 2, "STREAMS", outbox, ">");
 
     const registry = new Registry();
-    const monitor = new QueueMonitor([queue], createMetrics(registry), 60_000, { redis, key: outbox, group: FANOUT_GROUP });
+    const monitor = new QueueMonitor([queue], createMetrics(registry), 60_000, { redis: space.redis, key: outbox, group: FANOUT_GROUP });
     await monitor.sample();
     const g = await gauges(registry);
     expect(g.depth(QUEUES.delivery, "waiting")).toBe(2);
@@ -67,9 +58,9 @@ describe("queue monitor", () => {
     expect(g.age("outbox")).toBeLessThan(60);
 
     // Handed off (acknowledged and deleted): the outbox reads empty and its age drops to 0.
-    const ids = ((await redis.xrange(outbox, "-", "+")) as [string, string[]][]).map(([id]) => id);
-    await redis.xack(outbox, FANOUT_GROUP, ...ids);
-    await redis.xdel(outbox, ...ids);
+    const ids = ((await space.redis.xrange(outbox, "-", "+")) as [string, string[]][]).map(([id]) => id);
+    await space.redis.xack(outbox, FANOUT_GROUP, ...ids);
+    await space.redis.xdel(outbox, ...ids);
     await monitor.sample();
     const after = await gauges(registry);
     expect([after.depth("outbox", "waiting"), after.depth("outbox", "active"), after.age("outbox")]).toEqual([0, 0, 0]);
