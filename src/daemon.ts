@@ -75,7 +75,17 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const roles = new Set(config.roles);
   // Request-path connections fail fast while Redis is down (the API answers 503 instead of
   // hanging); blocking readers and BullMQ workers retry forever, as BullMQ requires.
-  const failFast = { maxRetriesPerRequest: 2, enableReadyCheck: true, enableAutoPipelining: true } as const;
+  // - maxRetriesPerRequest: a command queued while disconnected fails after two reconnect attempts.
+  // - commandTimeout: one that gets no reply in time fails too. Without it a stalled Redis (stopped
+  //   process, dropped packets: the TCP connection stays up) held every request until it resumed.
+  //   A write that timed out may still be applied once Redis resumes: its request answered 503, so
+  //   the caller retries; an event is then recorded twice at worst, never acknowledged and lost.
+  const failFast = {
+    maxRetriesPerRequest: 2,
+    commandTimeout: config.redisCommandTimeoutMs,
+    enableReadyCheck: true,
+    enableAutoPipelining: true,
+  } as const;
   const patient = { maxRetriesPerRequest: null, enableReadyCheck: true } as const;
   const redis = new Redis(opts.redisUrl, failFast);
   redis.on("error", (err) => logger.warn({ err: err.message }, "redis connection error"));

@@ -6,7 +6,10 @@ import type { Config } from "./config/schema.js";
 import { startDaemon } from "./daemon.js";
 import { createLogger } from "./observability/logger.js";
 import { packageVersion, projectRoot } from "./paths.js";
-import { RedisServerMissingError, startEmbeddedRedis, type EmbeddedRedis } from "./redis/embedded.js";
+import { DataDirInUseError, RedisServerMissingError, startEmbeddedRedis, type EmbeddedRedis } from "./redis/embedded.js";
+
+/** An embedded redis-server that goes down more often than this is given up on (the daemon exits 1). */
+const EMBEDDED_REDIS_RESTARTS = { maxRestarts: 5, windowMs: 60_000 } as const;
 
 /** Process entry point: the only module that reads the environment, listens and installs signal handlers. */
 async function main(): Promise<void> {
@@ -26,8 +29,23 @@ async function main(): Promise<void> {
   let embedded: EmbeddedRedis | undefined;
   let redisUrl = config.redisUrl;
   if (!redisUrl) {
+    const dir = path.resolve(config.dataDir, "redis");
     try {
-      embedded = await startEmbeddedRedis({ dir: path.resolve(config.dataDir, "redis") });
+      embedded = await startEmbeddedRedis({
+        dir,
+        logger,
+        // A dead server is started again (same port, password and append-only file); a server
+        // that keeps dying is not, and the daemon exits 1 so that its supervisor sees the failure
+        // instead of a process answering 503 forever.
+        restart: {
+          ...EMBEDDED_REDIS_RESTARTS,
+          onGiveUp: (err) => {
+            logger.fatal({ err: err.message }, "giving up on the embedded redis-server; exiting");
+            logger.flush?.();
+            void embedded?.close().finally(() => process.exit(1));
+          },
+        },
+      });
     } catch (err) {
       if (err instanceof RedisServerMissingError) {
         process.stderr.write(
@@ -35,10 +53,15 @@ async function main(): Promise<void> {
         );
         process.exit(1);
       }
+      if (err instanceof DataDirInUseError) {
+        process.stderr.write(`tributary: ${err.message}\n`);
+        process.exit(1);
+      }
       throw err;
     }
     redisUrl = embedded.url;
-    logger.info({ url: redisUrl, dir: path.resolve(config.dataDir, "redis") }, "started embedded redis-server (append-only file on)");
+    // Not the URL: it carries the password.
+    logger.info({ port: embedded.port, pid: embedded.pid, dir }, "started embedded redis-server (append-only file on, password required)");
   }
 
   // Redis may still be starting (compose, restarts): retry the first contact before giving up.

@@ -78,6 +78,25 @@ export interface ApiDeps {
 /** The router answers 405 with the real `Allow` header; the error middleware adds the JSON body. */
 const allowedMethods = (router: Router) => router.allowedMethods({ throw: false });
 
+/**
+ * /readyz answers within this even while Redis stalls (a stalled Redis is not ready): probes and
+ * `tributary healthcheck` give up after 2 s, and an answer that never comes tells them less than 503.
+ */
+const READY_DEADLINE_MS = 1500;
+
+/** `p`, or `fallback` once `ms` have passed without it. */
+async function withDeadline<T>(p: Promise<T>, ms: number, fallback: T): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<T>((resolve) => {
+    timer = setTimeout(() => resolve(fallback), ms);
+  });
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** `%24errors` reaches the same route as `$errors`. */
 const decodeDollar: Middleware = async (ctx, next) => {
   if (ctx.path.includes("%24")) ctx.path = ctx.path.replace(/%24/g, "$");
@@ -105,7 +124,11 @@ export function createApp(deps: ApiDeps): Koa {
     ctx.body = { status: "ok" };
   });
   ops.get("/readyz", async (ctx) => {
-    const ok = await deps.ready().catch(() => false);
+    const ok = await withDeadline(
+      deps.ready().catch(() => false),
+      READY_DEADLINE_MS,
+      false,
+    );
     ctx.status = ok ? 200 : 503;
     ctx.body = ok ? { status: "ready" } : { error: "not ready", code: "not_ready" };
   });

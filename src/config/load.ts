@@ -26,6 +26,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     host: e.HOST,
     redisUrl: e.REDIS_URL,
     keyPrefix: e.REDIS_KEY_PREFIX,
+    redisCommandTimeoutMs: e.REDIS_COMMAND_TIMEOUT_MS,
     dataDir: e.DATA_DIR,
     publicUrl: (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, ""),
     adminToken: e.ADMIN_TOKEN,

@@ -39,6 +39,11 @@ export const envSchema = z.object({
     .string()
     .regex(/^[A-Za-z0-9_-]{1,32}$/, { message: "accepts 1-32 characters of [A-Za-z0-9_-]" })
     .default("trib"),
+  /**
+   * How long a request waits for one Redis reply before it answers 503 (a stalled or unreachable
+   * Redis). Applies to the connections requests use; blocking readers and queue workers wait.
+   */
+  REDIS_COMMAND_TIMEOUT_MS: int(100, 600_000).default(5_000),
   /** Where the embedded redis-server keeps its append-only file. */
   DATA_DIR: z.string().min(1).default("./data"),
   /** Base URL HTTP source endpoint URLs are built from; default http://localhost:$PORT. */
@@ -128,6 +133,7 @@ export interface Config {
   readonly host: string;
   readonly redisUrl: string | undefined;
   readonly keyPrefix: string;
+  readonly redisCommandTimeoutMs: number;
   readonly dataDir: string;
   readonly publicUrl: string;
   readonly adminToken: string | undefined;

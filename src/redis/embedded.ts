@@ -1,14 +1,32 @@
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
+import type { Logger } from "../observability/logger.js";
+import { type DataDirLock, embeddedUrlFile, lockDataDir, prepareDataDir, serverPidFile, stopLeftoverServer } from "./data-dir.js";
+import { spawnWatchedServer, type WatchedServer } from "./watchdog.js";
+
+export { DataDirInUseError, embeddedUrlFile } from "./data-dir.js";
 
 export interface EmbeddedRedis {
+  /** `redis://:<password>@127.0.0.1:<port>`: the password is part of the URL. */
   readonly url: string;
   readonly port: number;
+  readonly password: string;
+  /** The running redis-server's pid (a restart changes it); undefined while none runs. */
   readonly pid: number | undefined;
-  /** Stops the server (SIGTERM, then SIGKILL after the deadline). Idempotent. */
+  /** Stops the server (clean shutdown, SIGKILL after the grace period) and releases the data directory. Idempotent. */
   close(): Promise<void>;
+}
+
+/** What to do when the server dies unexpectedly. Without it, a dead server stays dead. */
+export interface RestartPolicy {
+  /** Restarts allowed within `windowMs`; one more death gives up. */
+  readonly maxRestarts: number;
+  readonly windowMs: number;
+  /** Called once when the policy gives up (the owner should exit non-zero); the server is not restarted. */
+  readonly onGiveUp: (err: Error) => void;
 }
 
 export interface EmbeddedRedisOptions {
@@ -18,12 +36,16 @@ export interface EmbeddedRedisOptions {
   readonly port?: number;
   /** How long to wait for the server to answer. */
   readonly startTimeoutMs?: number;
+  readonly restart?: RestartPolicy;
+  readonly logger?: Logger;
 }
 
 export class RedisServerMissingError extends Error {}
 
-/** Where a persistent embedded server records its URL, so the CLI can find it. */
-export const embeddedUrlFile = (dir: string): string => path.join(dir, "redis.url");
+/** Grace period of a clean shutdown before SIGKILL. */
+const STOP_GRACE_MS = 10_000;
+/** Pause before a restart: a crash loop must not spin. */
+const RESTART_DELAY_MS = 500;
 
 /** True when a `redis-server` binary is on PATH. */
 export function redisServerOnPath(): boolean {
@@ -43,71 +65,141 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** True when a Redis on 127.0.0.1:`port` answers PING within half a second. */
-export function redisAnswersPing(port: number): Promise<boolean> {
+/** True when a Redis on 127.0.0.1:`port` answers PING (after AUTH with `password`) within half a second. */
+export function redisAnswersPing(port: number, password?: string): Promise<boolean> {
   return new Promise((resolve) => {
     const sock = net.connect({ port, host: "127.0.0.1" });
+    let got = "";
+    const done = (ok: boolean) => {
+      sock.destroy();
+      resolve(ok);
+    };
     sock.setTimeout(500);
-    sock.once("connect", () => sock.write("PING\r\n"));
-    sock.once("data", (d) => {
-      sock.destroy();
-      resolve(d.toString().startsWith("+PONG"));
+    sock.once("connect", () => sock.write(`${password ? `AUTH ${password}\r\n` : ""}PING\r\n`));
+    sock.on("data", (d) => {
+      got += d.toString();
+      if (got.includes("+PONG")) done(true);
+      else if (got.includes("-")) done(false);
     });
-    sock.once("error", () => resolve(false));
-    sock.once("timeout", () => {
-      sock.destroy();
-      resolve(false);
-    });
+    sock.once("error", () => done(false));
+    sock.once("timeout", () => done(false));
   });
 }
 
-/** Starts a private `redis-server` on loopback and waits until it answers PING. */
+/**
+ * Starts a private `redis-server` on loopback, protected by a random password, under a watchdog
+ * that stops it when this process dies (`watchdog.ts`), and waits until it answers. With `dir`,
+ * the append-only file lives there: the directory is locked to this process (`data-dir.ts`), a
+ * server a killed predecessor left running is stopped first, and the URL is written (0600) for the
+ * CLI. With `restart`, a server that dies is started again on the same port, password and files.
+ */
 export async function startEmbeddedRedis(opts: EmbeddedRedisOptions = {}): Promise<EmbeddedRedis> {
   if (!redisServerOnPath()) {
     throw new RedisServerMissingError("no redis-server on PATH: install Redis (apt-get install redis-server) or set REDIS_URL");
   }
-  const port = opts.port ?? (await freePort());
-  const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--protected-mode", "yes"];
-  if (opts.dir) {
-    const dir = path.resolve(opts.dir);
-    mkdirSync(dir, { recursive: true });
-    args.push("--dir", dir, "--appendonly", "yes", "--appendfsync", "always");
-  } else {
-    args.push("--appendonly", "no");
-  }
-  const child: ChildProcess = spawn("redis-server", args, { stdio: "ignore" });
-  let exited = false;
-  child.once("exit", () => {
-    exited = true;
-  });
-  const deadline = Date.now() + (opts.startTimeoutMs ?? 10_000);
-  while (!(await redisAnswersPing(port))) {
-    if (exited || Date.now() > deadline) {
-      child.kill("SIGKILL");
-      throw new Error(`redis-server did not start on port ${port}`);
+  const dir = opts.dir === undefined ? undefined : path.resolve(opts.dir);
+  let lock: DataDirLock | undefined;
+  if (dir) {
+    prepareDataDir(dir);
+    lock = lockDataDir(dir);
+    try {
+      const stopped = await stopLeftoverServer(dir);
+      if (stopped) opts.logger?.warn({ pid: stopped, dir }, "stopped an embedded redis-server left running by a previous tributary");
+    } catch (err) {
+      lock.release();
+      throw err;
     }
-    await new Promise((r) => setTimeout(r, 50));
   }
-  const url = `redis://127.0.0.1:${port}`;
-  const urlFile = opts.dir ? embeddedUrlFile(path.resolve(opts.dir)) : undefined;
-  if (urlFile) writeFileSync(urlFile, `${url}\n`);
+  const port = opts.port ?? (await freePort());
+  // Hex: safe in a URL and in redis.conf syntax without quoting rules.
+  const password = randomBytes(24).toString("hex");
+  const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--protected-mode", "yes"];
+  if (dir) args.push("--dir", dir, "--pidfile", serverPidFile(dir), "--appendonly", "yes", "--appendfsync", "always");
+  else args.push("--appendonly", "no");
+  // Replaying a large append-only file takes a while; the wait ends early if the server exits.
+  const startTimeoutMs = opts.startTimeoutMs ?? (dir ? 60_000 : 10_000);
+
+  let server: WatchedServer;
+  try {
+    server = await startServer(args, port, password, startTimeoutMs);
+  } catch (err) {
+    lock?.release();
+    throw err;
+  }
+  let pid: number | undefined = await server.serverPid;
+  const url = `redis://:${password}@127.0.0.1:${port}`;
+  const urlFile = dir ? embeddedUrlFile(dir) : undefined;
+  if (urlFile) writeFileSync(urlFile, `${url}\n`, { mode: 0o600 });
+
+  let closed = false;
+  const deaths: number[] = [];
+  /** Waits for the current server to exit; restarts it per the policy unless we are closing. */
+  const supervise = async (): Promise<void> => {
+    let how = await server.exited;
+    for (;;) {
+      pid = undefined;
+      const policy = opts.restart;
+      if (closed || !policy) return;
+      const now = Date.now();
+      deaths.push(now);
+      while ((deaths[0] ?? now) < now - policy.windowMs) deaths.shift();
+      opts.logger?.error({ port, exit: how, log: server.log() }, "the embedded redis-server is down");
+      if (deaths.length > policy.maxRestarts) {
+        policy.onGiveUp(
+          new Error(`the embedded redis-server went down ${deaths.length} times within ${policy.windowMs} ms (last: ${how})`),
+        );
+        return;
+      }
+      await new Promise((r) => setTimeout(r, RESTART_DELAY_MS));
+      if (closed) return;
+      try {
+        server = await startServer(args, port, password, startTimeoutMs);
+      } catch (err) {
+        // A failed restart counts as another death; the policy decides whether to try again.
+        how = (err as Error).message;
+        continue;
+      }
+      if (closed) return server.stop(STOP_GRACE_MS);
+      pid = await server.serverPid;
+      opts.logger?.warn({ port, pid, restarts: deaths.length }, "restarted the embedded redis-server");
+      how = await server.exited;
+    }
+  };
+  const supervising = supervise();
+
   let closing: Promise<void> | undefined;
   return {
     url,
     port,
-    pid: child.pid,
+    password,
+    get pid() {
+      return pid;
+    },
     close() {
-      closing ??= new Promise<void>((resolve) => {
-        if (exited) return resolve();
-        const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
-        child.once("exit", () => {
-          clearTimeout(timer);
-          resolve();
-        });
-        child.kill("SIGTERM");
-      });
-      if (urlFile) rmSync(urlFile, { force: true });
+      closed = true;
+      closing ??= (async () => {
+        await server.stop(STOP_GRACE_MS);
+        // A restart may have been under way: the loop stops what it started before returning.
+        await supervising;
+        if (urlFile) rmSync(urlFile, { force: true });
+        lock?.release();
+      })();
       return closing;
     },
   };
+}
+
+/** One server process, answering PING, or an error carrying its last log lines. */
+async function startServer(args: readonly string[], port: number, password: string, timeoutMs: number): Promise<WatchedServer> {
+  const server = spawnWatchedServer(args, password);
+  const deadline = Date.now() + timeoutMs;
+  while (!(await redisAnswersPing(port, password))) {
+    if (server.hasExited() || Date.now() > deadline) {
+      await server.stop(0);
+      const log = server.log();
+      throw new Error(`redis-server did not start on port ${port}${log ? `:\n${log}` : ""}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return server;
 }

@@ -11,13 +11,17 @@ interface HttpLikeError {
   message?: string;
 }
 
-/** Redis being down shows up as these ioredis/BullMQ errors: answer 503, not 500. */
+/**
+ * Redis being down shows up as these ioredis/BullMQ errors: answer 503, not 500. "Command timed
+ * out" is ioredis's `commandTimeout` (a stalled Redis, see daemon.ts).
+ */
 function isRedisUnavailable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const name = err.name;
   const msg = err.message;
   return (
     name === "MaxRetriesPerRequestError" ||
+    msg === "Command timed out" ||
     /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|connect ETIMEDOUT|LOADING|READONLY|MISCONF/.test(msg)
   );
 }
