@@ -106,10 +106,13 @@ describe("a stalled Redis (SIGSTOP)", () => {
     const emitUrl = `${daemon.url}/v1/workflows/p_stall/events`;
 
     // Acknowledged before the stall; its first attempt fails, so it is still due when Redis stops.
-    const before = await timed(emitUrl, { method: "POST", key, json: { event: { n: "before" } } });
-    expect(before.status).toBe(202);
-    const beforeId = (before.body?.data as { id: string }).id;
-    await waitFor(() => failedOnce.has(beforeId), { timeoutMs: 20_000, what: "the first attempt of the event acknowledged before the stall" });
+    const before = await api.post("/v1/workflows/p_stall/events", { json: { event: { n: "before" } } });
+    expect(before.status, before.text).toBe(202);
+    const beforeId = before.body.data.id as string;
+    await waitFor(() => failedOnce.has(beforeId), {
+      timeoutMs: 20_000,
+      what: "the first attempt of the event acknowledged before the stall",
+    });
 
     // The resume is on a timer of its own: requests that hang must not keep Redis stopped.
     const stoppedAt = Date.now();
