@@ -44,7 +44,7 @@ export const envSchema = z.object({
    * Redis). Applies to the connections requests use; blocking readers and queue workers wait.
    */
   REDIS_COMMAND_TIMEOUT_MS: int(100, 600_000).default(5_000),
-  /** Where the embedded redis-server keeps its append-only file. */
+  /** Where the embedded redis-server keeps its append-only file (under `redis/`, mode 0700). */
   DATA_DIR: z.string().min(1).default("./data"),
   /** Base URL HTTP source endpoint URLs are built from; default http://localhost:$PORT. */
   PUBLIC_URL: z

@@ -60,6 +60,9 @@ export function spawnWatchedServer(args: readonly string[], password: string): W
     stdio: ["pipe", "pipe", "pipe"],
     detached: true,
   });
+  // A failed spawn (no sh) is reported below through the missing pid; without a listener the
+  // 'error' event that follows would crash the process.
+  child.on("error", () => {});
   if (child.pid === undefined || !child.stdin || !child.stdout || !child.stderr) throw new Error("could not start sh for redis-server");
   const watchdogPid = child.pid;
   const stdin = child.stdin;
