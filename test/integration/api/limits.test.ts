@@ -201,7 +201,8 @@ describe("components limits", () => {
       const keys = createKeys(td.prefix);
       const ids = await redis.zrange(keys.components(u.id), 0, -1);
       let stored = 0;
-      for (const id of ids) stored += (await redis.strlen(keys.component(u.id, id))) + (await redis.strlen(keys.componentCompiled(u.id, id)));
+      for (const id of ids)
+        stored += (await redis.strlen(keys.component(u.id, id))) + (await redis.strlen(keys.componentCompiled(u.id, id)));
       expect(used.used).toBe(stored);
       expect(stored).toBeGreaterThan(16_000);
     } finally {
@@ -222,7 +223,10 @@ describe("subscriptions limit", () => {
     const p = workflowId();
     const made = [];
     for (let i = 0; i < LIMITS.MAX_SUBSCRIPTIONS_PER_USER; i++) made.push(await subscribe(u.api, p, hook.id, `c${i}`));
-    expectLimit(await u.api.post("/v1/subscriptions", { query: { emitter_id: p, listener_id: hook.id, event_name: "over" } }), "subscriptions");
+    expectLimit(
+      await u.api.post("/v1/subscriptions", { query: { emitter_id: p, listener_id: hook.id, event_name: "over" } }),
+      "subscriptions",
+    );
     expect((await subscribe(u.api, p, hook.id, "c0")).id).toBe(made[0].id);
 
     const del = await u.api.del("/v1/subscriptions", { query: { emitter_id: p, listener_id: hook.id, event_name: "c0" } });
@@ -260,7 +264,10 @@ describe("listeners per emitter", () => {
     // The glob is capped as an emitter of its own.
     await subscribe(u.api, "p_*", hooks[1].id);
     await subscribe(u.api, "p_*", hooks[2].id);
-    expectLimit(await u.api.post("/v1/subscriptions", { query: { emitter_id: "p_*", listener_id: listeners[1] } }), "listeners_per_emitter");
+    expectLimit(
+      await u.api.post("/v1/subscriptions", { query: { emitter_id: "p_*", listener_id: listeners[1] } }),
+      "listeners_per_emitter",
+    );
     // Another channel of the same emitter has room; an existing triple is answered at the cap.
     await subscribe(u.api, p, listeners[0] as string, "other");
     await subscribe(u.api, p, hooks[1].id);
@@ -391,7 +398,10 @@ describe("GET /users/me limits", () => {
       // workflow written without the limit script.
       await redis.del(keys.componentSizes(u.id));
       const legacy = workflowId();
-      await redis.set(keys.workflow(u.id, legacy), JSON.stringify({ id: legacy, name: null, trigger_url: null, created_at: 1, updated_at: 1 }));
+      await redis.set(
+        keys.workflow(u.id, legacy),
+        JSON.stringify({ id: legacy, name: null, trigger_url: null, created_at: 1, updated_at: 1 }),
+      );
       await redis.zadd(keys.workflows(u.id), Date.now(), legacy);
     } finally {
       redis.disconnect();
