@@ -62,6 +62,10 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
     DELIVERY_RETRY_SCHEDULE: "1s,2s",
     SHUTDOWN_TIMEOUT_MS: "5000",
     ROLES: opts.roles ?? "api,worker,scheduler",
+    // One user drives every phase: a per-user ingress rate that never binds, still taken per
+    // emit, so the numbers include what the check costs.
+    INGRESS_EVENTS_PER_SECOND_PER_USER: "1000000000",
+    INGRESS_BURST_EVENTS_PER_USER: "1000000000",
     ...opts.env,
     ...extraEnv(),
   };

@@ -25,8 +25,10 @@ import { QueueMonitor } from "./observability/queue-monitor.js";
 import { QUEUES, type MaintenanceJob } from "./queue/catalog.js";
 import { createAnalyzer } from "./runtime/analyzer.js";
 import { createRuntime, type Runtime } from "./runtime/index.js";
+import { RateLimiter } from "./runtime/rate-limit.js";
 import { ComponentService } from "./services/components.js";
 import { createComponentFetcher } from "./services/component-fetcher.js";
+import { IngressRate } from "./services/ingress-rate.js";
 import { SourceService } from "./services/sources.js";
 import { SubscriptionService } from "./services/subscriptions.js";
 import { UsageReader, UserService } from "./services/users.js";
@@ -35,6 +37,7 @@ import { WorkflowService } from "./services/workflows.js";
 import { ComponentStore } from "./store/components.js";
 import type { StoreContext } from "./store/context.js";
 import { createKeys } from "./store/keys.js";
+import { ResourceUsage } from "./store/resource-usage.js";
 import { SourceStore } from "./store/sources.js";
 import { SubscriptionStore } from "./store/subscriptions.js";
 import { AuthCache } from "./store/auth-cache.js";
@@ -114,11 +117,12 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
 
   // Stores and services.
   const userStore = new UserStore(ctx);
-  const componentStore = new ComponentStore(ctx);
-  const sourceStore = new SourceStore(ctx);
-  const webhookStore = new WebhookStore(ctx);
-  const subscriptionStore = new SubscriptionStore(ctx);
-  const workflowStore = new WorkflowStore(ctx);
+  // Stores that create things enforce the per-user limits atomically (docs/security.md).
+  const componentStore = new ComponentStore(ctx, config.limits);
+  const sourceStore = new SourceStore(ctx, config.limits);
+  const webhookStore = new WebhookStore(ctx, config.limits);
+  const subscriptionStore = new SubscriptionStore(ctx, config.limits);
+  const workflowStore = new WorkflowStore(ctx, config.limits);
   const events = new EventStore(redis, keys);
   const attemptLog = new AttemptLog(redis, keys, config.deliveryLogLimit, Date.now);
 
@@ -126,7 +130,13 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const fetcher = createComponentFetcher({ agent, timeoutMs: config.componentFetchTimeoutMs, maxBytes: config.componentFetchMaxBytes });
   const components = new ComponentService(componentStore, analyzer, fetcher, opts.registryDir);
   const workflows = new WorkflowService(workflowStore, subscriptionStore, events);
-  const ingest = new Ingest(events, workflows, metrics, Date.now, ctx.randomBytes);
+  // One token bucket per user for workflow emits and HTTP source requests.
+  const ingressRate = new IngressRate(
+    new RateLimiter(redis, config.limits.ingressEventsPerSecond, config.limits.ingressBurstEvents),
+    (userId) => keys.ingressRate(userId),
+    { perSecond: config.limits.ingressEventsPerSecond, burst: config.limits.ingressBurstEvents },
+  );
+  const ingest = new Ingest(events, workflows, metrics, Date.now, ctx.randomBytes, ingressRate);
   const runtime: Runtime = createRuntime({
     config,
     logger,
@@ -160,6 +170,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     new UsageReader(redis, keys),
     { dailyInvocations: config.freeDailyInvocationsQuota, dailyComputeMs: config.freeDailyComputeTimeQuotaMs },
     Date.now,
+    new ResourceUsage(ctx, componentStore, config.limits),
   );
 
   const purgeUser = async (userId: string) => {

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { parseDurationList } from "../domain/duration.js";
+import type { UserLimits } from "../domain/limits.js";
 
 /**
  * The one configuration schema. Every setting is an environment variable; its default is here and
@@ -112,6 +113,27 @@ export const envSchema = z.object({
   SOURCE_RUN_CONCURRENCY: int(1, 256).default(4),
   /** Average HTTP requests per second accepted by one source endpoint (burst is 2x). */
   SOURCE_HTTP_RATE_PER_SECOND: int(1, 100_000).default(10),
+  // Per-user limits (docs/security.md); 0 = unlimited. Past a count: 429 limit_exceeded.
+  /** Workflows one user may have (registered on first sight, PUT, or a subscription naming one). */
+  MAX_WORKFLOWS_PER_USER: int(0, 1_000_000_000).default(1000),
+  /** Sources one user may have. */
+  MAX_SOURCES_PER_USER: int(0, 1_000_000_000).default(1000),
+  /** Saved components one user may have. */
+  MAX_COMPONENTS_PER_USER: int(0, 1_000_000_000).default(1000),
+  /** Webhooks one user may have. */
+  MAX_WEBHOOKS_PER_USER: int(0, 1_000_000_000).default(1000),
+  /** Subscriptions one user may have (including those made from auto-subscriptions). */
+  MAX_SUBSCRIPTIONS_PER_USER: int(0, 1_000_000_000).default(10_000),
+  /** Auto-subscriptions one user may have. */
+  MAX_AUTO_SUBSCRIPTIONS_PER_USER: int(0, 1_000_000_000).default(100),
+  /** Bytes one user's saved components may take: each one's record (code, metadata) plus its compiled bundle. */
+  MAX_COMPONENT_BYTES_PER_USER: int(0, 1_000_000_000_000).default(100 * 1024 * 1024),
+  /** Subscriptions one event may match: those of its emitter on its channel plus the matching glob's. */
+  MAX_LISTENERS_PER_EMITTER: int(0, 1_000_000_000).default(100),
+  /** Events per second one user may send in: workflow emits (each event of a batch) and HTTP source requests. */
+  INGRESS_EVENTS_PER_SECOND_PER_USER: int(0, 1_000_000_000).default(1000),
+  /** Events one user may send at once before the per-second rate applies; larger requests are a 413. */
+  INGRESS_BURST_EVENTS_PER_USER: int(1, 1_000_000_000).default(5000),
   /** Largest component fetched from component_url. */
   COMPONENT_FETCH_MAX_BYTES: int(1024, 16 * 1024 * 1024).default(512 * 1024),
   /** Time limit to fetch a component_url. */
@@ -153,6 +175,8 @@ export interface Config {
   readonly sandboxAllowedPackages: readonly string[];
   readonly sourceRunConcurrency: number;
   readonly sourceHttpRatePerSecond: number;
+  /** Per-user limits; 0 = unlimited. */
+  readonly limits: UserLimits;
   readonly componentFetchMaxBytes: number;
   readonly componentFetchTimeoutMs: number;
   readonly shutdownTimeoutMs: number;

@@ -71,6 +71,8 @@ export class Ingest {
     private readonly metrics: Metrics,
     private readonly now: () => number,
     private readonly randomBytes: RandomBytes,
+    /** The per-user ingress rate (services/ingress-rate.ts); none = unlimited. */
+    private readonly rate?: { admit(userId: string, events: number): Promise<void> },
   ) {}
 
   async recordFor(
@@ -107,10 +109,13 @@ export class Ingest {
 
   /**
    * A workflow's $send.emit(): registers the workflow first (auto-subscriptions before fan-out).
+   * The events count against the user's ingress rate.
    * The record script itself checks that the workflow record exists, so a known workflow costs no
    * extra round trip; an unknown (or deleted) one is registered and the events recorded after.
    */
   async workflowEmit(userId: string, workflowId: string, emits: readonly EmitInput[]): Promise<string[]> {
+    // Every event of a batch counts against the user's ingress rate (429 past it, nothing recorded).
+    await this.rate?.admit(userId, emits.length);
     return this.recordFor(userId, workflowId, "workflow", emits, 0, {
       key: this.workflows.recordKey(userId, workflowId),
       ensure: () => this.workflows.ensure(userId, workflowId),
@@ -128,6 +133,7 @@ export class Ingest {
     }
     const ctxIn = body.original_context ?? {};
     if (!isObject(ctxIn)) throw new ValidationError("original_context must be an object");
+    await this.rate?.admit(userId, 1);
     await this.workflows.ensure(userId, workflowId);
     const nowIso = new Date(this.now()).toISOString();
     const original_context = {

@@ -95,6 +95,9 @@ export class ComponentService {
     const codeHash = sha256Hex(code);
     const existing = await this.store.getByHash(userId, codeHash);
     if (existing) return existing;
+    // Refused before the sandbox analyses the code when the user is out of room; the save checks
+    // again atomically.
+    await this.store.checkRoom(userId, Buffer.byteLength(code));
     const { meta, compiled } = await this.analyzer.analyze(code);
     return this.store.saveOrGet(userId, componentFields(code, codeHash, meta, url), compiled);
   }

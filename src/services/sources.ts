@@ -104,6 +104,9 @@ export class SourceService {
   }
 
   async create(userId: string, input: SourceInput): Promise<SourceRecord> {
+    // A cheap early refusal at the sources limit, before a component is made or hooks run;
+    // store.create checks again atomically.
+    await this.store.checkRoom(userId);
     const component = await this.components.select(userId, input);
     if (!component) throw new ValidationError("one of component_id, component_code or component_url is required");
     const name = parseName(input.name, component, this.opts.slugify);
@@ -127,9 +130,17 @@ export class SourceService {
     };
     await this.lifecycle.prepare("create", draft, component);
     const record: SourceRecord = { ...draft, name_slug: await this.store.claimSlug(userId, id, name) };
-    await this.store.save(record, nowMs);
-    // Auto-subscriptions turn into real subscriptions before the source can emit anything.
-    await this.subscriptions.applyAuto(userId, id);
+    try {
+      // Auto-subscriptions turn into real subscriptions before the source exists, so it never emits
+      // without them; the subscription limits apply to them like to any other.
+      await this.subscriptions.applyAuto(userId, id);
+      await this.store.create(record, nowMs);
+    } catch (err) {
+      // Refused (a limit) or failed: nothing of this source stays behind.
+      await this.subscriptions.deleteNaming(userId, id);
+      await this.store.releaseSlug(userId, record.name_slug, id);
+      throw err;
+    }
     await this.lifecycle.committed("create", record);
     return record;
   }

@@ -1,4 +1,5 @@
 import { ValidationError } from "../domain/errors.js";
+import { limitsView, type ResourceUsageCounts, type UserLimits } from "../domain/limits.js";
 import type { UserRecord, UserStore, Plan } from "../store/users.js";
 import type { Redis } from "ioredis";
 import type { Keys } from "../store/keys.js";
@@ -54,12 +55,15 @@ export class UserService {
     private readonly usage: UsageReader,
     private readonly quotas: { dailyInvocations: number; dailyComputeMs: number },
     private readonly now: () => number,
+    /** The per-user limits and what the user keeps, shown as `limits` in GET /users/me. */
+    private readonly resources: { readonly limits: UserLimits; of(userId: string): Promise<ResourceUsageCounts> },
   ) {}
 
-  /** GET /users/me: the free or paid shape by plan; the key is masked. */
+  /** GET /users/me: the free or paid shape by plan, plus `limits`; the key is masked. */
   async me(user: UserRecord) {
     const base = { id: user.id, username: user.username, email: user.email };
     const nowMs = this.now();
+    const limits = limitsView(this.resources.limits, await this.resources.of(user.id));
     if (user.plan === "paid") {
       const period = billingPeriod(nowMs);
       return {
@@ -67,6 +71,7 @@ export class UserService {
         billing_period_start_ts: period.start,
         billing_period_end_ts: period.end,
         billing_period_invocations: await this.usage.billing(user.id, period.start),
+        limits,
       };
     }
     const used = await this.usage.today(user.id, nowMs);
@@ -77,6 +82,7 @@ export class UserService {
       daily_compute_time_used: used.computeMs,
       daily_invocations_quota: this.quotas.dailyInvocations,
       daily_invocations_used: used.invocations,
+      limits,
     };
   }
 }

@@ -21,7 +21,22 @@ export class WorkflowService {
 
   /** Registers a workflow on first sight and applies auto-subscriptions before it emits anything. */
   async ensure(userId: string, id: string): Promise<void> {
-    if (await this.store.register(userId, id)) await this.subscriptions.applyAuto(userId, id);
+    if (await this.store.register(userId, id)) await this.applyAuto(userId, id);
+  }
+
+  /**
+   * Applies auto-subscriptions to a workflow this request registered. When a subscription limit
+   * refuses one, the registration is undone (with the subscriptions made so far), so the request
+   * fails whole with that 429 and a later one registers the workflow afresh.
+   */
+  private async applyAuto(userId: string, id: string): Promise<void> {
+    try {
+      await this.subscriptions.applyAuto(userId, id);
+    } catch (err) {
+      await this.store.delete(userId, id);
+      await this.subscriptions.deleteNaming(userId, id);
+      throw err;
+    }
   }
 
   /** The Redis key of the workflow record (its existence means "registered"). */
@@ -43,7 +58,7 @@ export class WorkflowService {
         params.trigger_url === null || params.trigger_url === "" ? null : validateWebhookUrl(params.trigger_url, "trigger_url");
     }
     const { workflow, created } = await this.store.upsert(userId, id, patch);
-    if (created) await this.subscriptions.applyAuto(userId, id);
+    if (created) await this.applyAuto(userId, id);
     return workflow;
   }
 

@@ -53,6 +53,8 @@ export function createKeys(prefix: string) {
     componentCompiled: (userId: string, id: string) => `${u(userId)}:component:${id}:compiled`,
     componentsByHash: (userId: string) => `${u(userId)}:components:byhash`,
     componentsByKey: (userId: string) => `${u(userId)}:components:bykey`,
+    /** hash: component id -> bytes it stores (record + compiled bundle), for the component_bytes limit */
+    componentSizes: (userId: string) => `${u(userId)}:components:bytes`,
 
     sources: (userId: string) => `${u(userId)}:sources`,
     source: (userId: string, id: string) => `${u(userId)}:source:${id}`,
@@ -61,6 +63,8 @@ export function createKeys(prefix: string) {
     sourceDedupe: (userId: string, id: string) => `${u(userId)}:dedupe:${id}`,
     /** token bucket of a source's HTTP endpoint */
     sourceRate: (userId: string, id: string) => `${u(userId)}:rate:${id}`,
+    /** token bucket of the user's ingress (workflow emits and HTTP source requests) */
+    ingressRate: (userId: string) => `${u(userId)}:ingress-rate`,
 
     webhooks: (userId: string) => `${u(userId)}:webhooks`,
     webhook: (userId: string, id: string) => `${u(userId)}:webhook:${id}`,

@@ -1,7 +1,10 @@
 import type { PageRequest } from "../domain/pagination.js";
 import { randomBase62 } from "../domain/ids.js";
 import { slugify, uniqueSlug } from "../domain/slug.js";
+import { atLimit, limitReached, UNLIMITED, type UserLimits } from "../domain/limits.js";
+import { CAPPED_INSERT_LUA } from "./capped-insert-lua.js";
 import { parseStored, type StoreContext } from "./context.js";
+import { defineScript, type ScriptCall } from "./script.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
 
 export interface SourceRecord {
@@ -27,7 +30,26 @@ export interface EndpointTarget {
 }
 
 export class SourceStore {
-  constructor(private readonly ctx: StoreContext) {}
+  private readonly cappedInsert: ScriptCall;
+
+  constructor(
+    private readonly ctx: StoreContext,
+    /** Uses sources. */
+    private readonly limits: UserLimits = UNLIMITED,
+  ) {
+    this.cappedInsert = defineScript(ctx.redis, "tribCappedInsert", 2, CAPPED_INSERT_LUA);
+  }
+
+  /**
+   * Refuses early, before lifecycle hooks run in the sandbox, when the user already has as many
+   * sources as allowed. Not atomic: `create` checks again in the same step as the write.
+   */
+  async checkRoom(userId: string): Promise<void> {
+    const max = this.limits.sources;
+    if (max === 0) return;
+    const count = await this.ctx.redis.zcard(this.ctx.keys.sources(userId));
+    if (atLimit(count, max)) throw limitReached("sources", count, max);
+  }
 
   newEndpointToken(): string {
     return randomBase62(32, this.ctx.randomBytes);
@@ -74,6 +96,26 @@ export class SourceStore {
   async releaseSlug(userId: string, slug: string, sourceId: string): Promise<void> {
     const owner = await this.ctx.redis.hget(this.ctx.keys.sourceSlugs(userId), slug);
     if (owner === sourceId) await this.ctx.redis.hdel(this.ctx.keys.sourceSlugs(userId), slug);
+  }
+
+  /**
+   * Writes a new source and its list entry, unless the user already has `limits.sources` sources: then nothing is written and 429 `limit_exceeded` is thrown. The check and the write
+   * are one atomic step (store/capped-insert-lua.ts). The endpoint token goes in first: a crash
+   * between the two steps leaves a token that leads to no source (a 404), never a source whose
+   * endpoint does not answer.
+   */
+  async create(record: SourceRecord, scoreMs: number): Promise<void> {
+    const { redis, keys } = this.ctx;
+    const max = this.limits.sources;
+    if (record.endpoint_token) await redis.hset(keys.endpoints(), record.endpoint_token, `${record.user_id} ${record.id}`);
+    const [status, count] = (await this.cappedInsert(
+      [keys.source(record.user_id, record.id), keys.sources(record.user_id)],
+      [record.id, scoreMs, JSON.stringify(record), max],
+    )) as [number, number];
+    if (status === 1) return;
+    if (record.endpoint_token) await redis.hdel(keys.endpoints(), record.endpoint_token);
+    if (status === -1) throw limitReached("sources", count, max);
+    throw new Error(`source ${record.id} already exists`);
   }
 
   /** Writes the source, its list entry and its endpoint token in one atomic step. */

@@ -1,7 +1,11 @@
 import type { Redis } from "ioredis";
 import { emitterGlob, newId } from "../domain/ids.js";
+import { limitReached, listenerLimitReached, UNLIMITED, type UserLimits } from "../domain/limits.js";
+import { AUTO_SUBSCRIPTION_CREATE_LUA } from "./auto-subscription-create-lua.js";
 import { normalizeChannel } from "./keys.js";
 import { parseStored, type StoreContext } from "./context.js";
+import { defineScript, type ScriptCall } from "./script.js";
+import { SUBSCRIPTION_CREATE_LUA } from "./subscription-create-lua.js";
 
 export interface SubscriptionRecord {
   id: string;
@@ -38,41 +42,59 @@ const tripleKey = (emitter: string, listener: string, eventName: string) => `${e
  * them so fan-out never scans every subscription.
  */
 export class SubscriptionStore {
-  constructor(private readonly ctx: StoreContext) {
+  private readonly createScript: ScriptCall;
+  private readonly createAutoScript: ScriptCall;
+
+  constructor(
+    private readonly ctx: StoreContext,
+    /** Uses subscriptions, listenersPerEmitter and autoSubscriptions. */
+    private readonly limits: UserLimits = UNLIMITED,
+  ) {
     // Defined up front, never lazily: an auto-pipeline already open in the same tick would lack
     // the command (ioredis copies custom commands into a pipeline when it is created).
     if (!("tribMatchSubs" in ctx.redis)) ctx.redis.defineCommand("tribMatchSubs", { lua: MATCH_LUA });
+    this.createScript = defineScript(ctx.redis, "tribCreateSub", 5, SUBSCRIPTION_CREATE_LUA);
+    this.createAutoScript = defineScript(ctx.redis, "tribCreateAutoSub", 1, AUTO_SUBSCRIPTION_CREATE_LUA);
   }
 
-  /** Creates the subscription, or returns the existing one with the same triple. */
+  /**
+   * Creates the subscription, or returns the existing one with the same triple. The user's
+   * subscription count and the listeners one event of the emitter would reach are limited; both are
+   * checked in the same atomic step as the write (store/subscription-create-lua.ts), 429
+   * `limit_exceeded` past them.
+   */
   async create(userId: string, emitterId: string, listenerId: string, eventName: string): Promise<SubscriptionRecord> {
-    const { redis, keys } = this.ctx;
-    const triple = tripleKey(emitterId, listenerId, eventName);
-    const id = newId("sub_", this.ctx.randomBytes);
-    // HSETNX claims the triple first, so concurrent identical requests agree on one id.
-    const claimed = await redis.hsetnx(keys.subscriptionTriples(userId), triple, id);
-    if (claimed === 0) {
-      const existingId = await redis.hget(keys.subscriptionTriples(userId), triple);
-      const existing = existingId ? await this.get(userId, existingId) : undefined;
-      if (existing) return existing;
-      if (existingId) {
-        // A claim whose record never landed (crash between steps): complete it with that id.
-        return this.write(userId, { id: existingId, emitter_id: emitterId, listener_id: listenerId, event_name: eventName });
-      }
-      return this.create(userId, emitterId, listenerId, eventName);
+    const { keys } = this.ctx;
+    const record: SubscriptionRecord = {
+      id: newId("sub_", this.ctx.randomBytes),
+      emitter_id: emitterId,
+      listener_id: listenerId,
+      event_name: eventName,
+    };
+    const glob = emitterGlob(emitterId);
+    const exact = keys.subscriptionIndex(userId, emitterId, eventName);
+    const [outcome, value] = (await this.createScript(
+      [
+        keys.subscriptionTriples(userId),
+        keys.subscriptions(userId),
+        keys.subscriptionOrder(userId),
+        exact,
+        glob ? keys.subscriptionIndex(userId, glob, eventName) : exact,
+      ],
+      [
+        tripleKey(emitterId, listenerId, eventName),
+        record.id,
+        JSON.stringify(record),
+        this.ctx.now(),
+        this.limits.subscriptions,
+        this.limits.listenersPerEmitter,
+      ],
+    )) as [string, string];
+    if (outcome === "subscriptions") throw limitReached("subscriptions", Number(value), this.limits.subscriptions);
+    if (outcome === "listeners") {
+      throw listenerLimitReached(emitterId, normalizeChannel(eventName), Number(value), this.limits.listenersPerEmitter);
     }
-    return this.write(userId, { id, emitter_id: emitterId, listener_id: listenerId, event_name: eventName });
-  }
-
-  private async write(userId: string, record: SubscriptionRecord): Promise<SubscriptionRecord> {
-    const { redis, keys } = this.ctx;
-    await redis
-      .multi()
-      .hset(keys.subscriptions(userId), record.id, JSON.stringify(record))
-      .zadd(keys.subscriptionOrder(userId), this.ctx.now(), record.id)
-      .sadd(keys.subscriptionIndex(userId, record.emitter_id, record.event_name), record.id)
-      .exec();
-    return record;
+    return parseStored<SubscriptionRecord>(value) ?? record;
   }
 
   async get(userId: string, id: string): Promise<SubscriptionRecord | undefined> {
@@ -149,14 +171,19 @@ export class SubscriptionStore {
     );
   }
 
+  /**
+   * Creates an auto-subscription, or returns the existing one with the same listener and channel;
+   * at most `autoSubscriptions` per user, checked atomically with the write
+   * (store/auto-subscription-create-lua.ts).
+   */
   async createAuto(userId: string, listenerId: string, eventName: string): Promise<AutoSubscriptionRecord> {
-    const existing = (await this.listAuto(userId)).find(
-      (a) => a.listener_id === listenerId && normalizeChannel(a.event_name) === normalizeChannel(eventName),
-    );
-    if (existing) return existing;
     const record: AutoSubscriptionRecord = { id: newId("asub_", this.ctx.randomBytes), listener_id: listenerId, event_name: eventName };
-    await this.ctx.redis.hset(this.ctx.keys.autoSubscriptions(userId), record.id, JSON.stringify(record));
-    return record;
+    const [outcome, value] = (await this.createAutoScript(
+      [this.ctx.keys.autoSubscriptions(userId)],
+      [listenerId, normalizeChannel(eventName), record.id, JSON.stringify(record), this.limits.autoSubscriptions],
+    )) as [string, string];
+    if (outcome === "limit") throw limitReached("auto_subscriptions", Number(value), this.limits.autoSubscriptions);
+    return parseStored<AutoSubscriptionRecord>(value) ?? record;
   }
 
   async listAuto(userId: string): Promise<AutoSubscriptionRecord[]> {

@@ -1,6 +1,9 @@
 import type { PageRequest } from "../domain/pagination.js";
 import { newId } from "../domain/ids.js";
+import { limitReached, UNLIMITED, type UserLimits } from "../domain/limits.js";
+import { CAPPED_INSERT_LUA } from "./capped-insert-lua.js";
 import { epochSeconds, parseStored, type StoreContext } from "./context.js";
+import { defineScript, type ScriptCall } from "./script.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
 import { LocalChanges } from "./local-changes.js";
 import { listenerChangeMessage } from "./keys.js";
@@ -31,13 +34,26 @@ export class WebhookStore {
    */
   readonly changes = new LocalChanges();
 
-  constructor(private readonly ctx: StoreContext) {}
+  private readonly cappedInsert: ScriptCall;
 
+  constructor(
+    private readonly ctx: StoreContext,
+    /** Uses webhooks. */
+    private readonly limits: UserLimits = UNLIMITED,
+  ) {
+    this.cappedInsert = defineScript(ctx.redis, "tribCappedInsert", 2, CAPPED_INSERT_LUA);
+  }
+
+  /**
+   * Creates a webhook. At most `limits.webhooks` per user: past it, 429 `limit_exceeded`,
+   * checked in the same atomic step as the write (store/capped-insert-lua.ts).
+   */
   async create(
     userId: string,
     input: { url: string; name: string | null; description: string | null; signingSecret: string },
   ): Promise<WebhookRecord> {
-    const { redis, keys } = this.ctx;
+    const { keys } = this.ctx;
+    const max = this.limits.webhooks;
     const now = this.ctx.now();
     const record: WebhookRecord = {
       id: newId("wh_", this.ctx.randomBytes),
@@ -50,7 +66,11 @@ export class WebhookStore {
       updated_at: epochSeconds(now),
       signing_secret: input.signingSecret,
     };
-    await redis.multi().set(keys.webhook(userId, record.id), JSON.stringify(record)).zadd(keys.webhooks(userId), now, record.id).exec();
+    const [status, count] = (await this.cappedInsert(
+      [keys.webhook(userId, record.id), keys.webhooks(userId)],
+      [record.id, now, JSON.stringify(record), max],
+    )) as [number, number];
+    if (status === -1) throw limitReached("webhooks", count, max);
     return record;
   }
 

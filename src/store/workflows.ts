@@ -1,4 +1,7 @@
+import { limitReached, UNLIMITED, type UserLimits } from "../domain/limits.js";
+import { CAPPED_INSERT_LUA } from "./capped-insert-lua.js";
 import { epochSeconds, parseStored, type StoreContext } from "./context.js";
+import { defineScript, type ScriptCall } from "./script.js";
 import { LocalChanges } from "./local-changes.js";
 import { listenerChangeMessage } from "./keys.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
@@ -21,7 +24,15 @@ export class WorkflowStore {
    */
   readonly changes = new LocalChanges();
 
-  constructor(private readonly ctx: StoreContext) {}
+  private readonly cappedInsert: ScriptCall;
+
+  constructor(
+    private readonly ctx: StoreContext,
+    /** Uses workflows. */
+    private readonly limits: UserLimits = UNLIMITED,
+  ) {
+    this.cappedInsert = defineScript(ctx.redis, "tribCappedInsert", 2, CAPPED_INSERT_LUA);
+  }
 
   key(userId: string, id: string): string {
     return this.ctx.keys.workflow(userId, id);
@@ -31,17 +42,22 @@ export class WorkflowStore {
     return parseStored<WorkflowRecord>(await this.ctx.redis.get(this.ctx.keys.workflow(userId, id)));
   }
 
-  /** Registers the workflow if it is new (one SET NX); true when this call registered it. */
+  /**
+   * Registers the workflow if it is new; true when this call registered it. At most
+   * `limits.workflows` per user: a new one past it is refused with 429 `limit_exceeded`, checked in the
+   * same atomic step as the write (store/capped-insert-lua.ts).
+   */
   async register(userId: string, id: string): Promise<boolean> {
+    const max = this.limits.workflows;
     const now = this.ctx.now();
     const record: WorkflowRecord = { id, name: null, trigger_url: null, created_at: epochSeconds(now), updated_at: epochSeconds(now) };
-    // One atomic round trip; ZADD NX keeps the first-seen time of a known workflow.
-    const res = await this.ctx.redis
-      .multi()
-      .set(this.ctx.keys.workflow(userId, id), JSON.stringify(record), "NX")
-      .zadd(this.ctx.keys.workflows(userId), "NX", now, id)
-      .exec();
-    return res?.[0]?.[1] === "OK";
+    // An existing record is left as it is; a missing list entry is restored with its first-seen time.
+    const [status, count] = (await this.cappedInsert(
+      [this.ctx.keys.workflow(userId, id), this.ctx.keys.workflows(userId)],
+      [id, now, JSON.stringify(record), max],
+    )) as [number, number];
+    if (status === -1) throw limitReached("workflows", count, max);
+    return status === 1;
   }
 
   async upsert(

@@ -309,6 +309,7 @@ describe("GET /users/me", () => {
       "daily_invocations_used",
       "email",
       "id",
+      "limits",
       "username",
     ]);
     expect(d.id).toBe(u.id);
@@ -331,6 +332,7 @@ describe("GET /users/me", () => {
       "billing_period_start_ts",
       "email",
       "id",
+      "limits",
       "username",
     ]);
     const now = new Date();

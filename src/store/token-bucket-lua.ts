@@ -1,0 +1,29 @@
+/**
+ * A token bucket in one key, refilled at `rate` tokens per second up to `burst`; a request takes
+ * `cost` tokens (one HTTP request, or every event of a batch) or none at all.
+ *
+ * KEYS[1] the bucket (hash {t: tokens, at: ms of the last refill}), under its owner's hash tag.
+ * ARGV[1] rate (tokens per second, > 0), ARGV[2] burst (bucket size), ARGV[3] now (ms), ARGV[4]
+ *   cost (default 1; a cost above the burst can never be paid: callers refuse it first).
+ * Returns 0 when the tokens were taken, else the milliseconds until enough have refilled (nothing
+ * taken). The key expires once a full bucket would have refilled, so idle buckets take no space.
+ */
+export const TOKEN_BUCKET_LUA = `
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local now = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4]) or 1
+local state = redis.call('HMGET', KEYS[1], 't', 'at')
+local tokens = tonumber(state[1]) or burst
+local at = tonumber(state[2]) or now
+tokens = math.min(burst, tokens + (math.max(0, now - at) / 1000) * rate)
+local wait = 0
+if tokens >= cost then
+  tokens = tokens - cost
+else
+  wait = math.ceil((cost - tokens) / rate * 1000)
+end
+redis.call('HSET', KEYS[1], 't', tostring(tokens), 'at', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+return wait
+`;
