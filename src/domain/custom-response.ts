@@ -34,7 +34,7 @@ export type CustomResponseCheck =
   | { readonly ok: false; readonly problem: string };
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-// biome-ignore lint/suspicious/noControlCharactersInRegex: the rule is about control characters.
+/** CR and LF would start a new header line (response splitting); NUL is refused by every parser. */
 const BAD_VALUE = /[\r\n\u0000]/;
 
 /**
