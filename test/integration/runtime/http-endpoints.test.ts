@@ -331,6 +331,37 @@ describe("customResponse", () => {
   });
 });
 
+describe("metrics", () => {
+  let unlimited: TestDaemon;
+
+  beforeAll(async () => {
+    unlimited = await startTestDaemon({ SOURCE_HTTP_RATE_PER_SECOND: "100000" });
+  });
+
+  afterAll(async () => {
+    await unlimited?.close();
+  });
+
+  it("labels the request histogram by status class, so statuses a component chooses add no series", async () => {
+    const u = await unlimited.createUser("paid");
+    const anon = client(unlimited.url);
+    const s = await createSource(u.api, custom(`this.http.respond({ status: Number(event.query.s), body: "" });`));
+    const url = endpointOf(s);
+    const statuses = Array.from({ length: 100 }, (_, i) => 200 + i * 4);
+    for (const status of statuses) {
+      const res = await anon.request(status % 8 === 0 ? "POST" : "PUT", `${url}?s=${status}`);
+      expect(res.status).toBe(status);
+    }
+    const series = (await anon.get("/metrics")).text
+      .split("\n")
+      .filter((l) => l.startsWith('tributary_http_request_duration_seconds_count{route="/e/:token"'));
+    const labels = series.map((l) => /status="([^"]*)"/.exec(l)?.[1]);
+    expect(new Set(labels)).toEqual(new Set(["2xx", "3xx", "4xx", "5xx"]));
+    // Two methods, four classes (other tests' requests to /e/:token add at most a few more).
+    expect(series.length).toBeLessThanOrEqual(16);
+  });
+});
+
 describe("endpoint availability", () => {
   it("answers 404 for an inactive source, serves it again once re-enabled, and 404 after deletion", async () => {
     const u = await td.createUser();
