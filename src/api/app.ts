@@ -1,5 +1,6 @@
 import { Router } from "@koa/router";
 import Koa, { type Context, type Middleware } from "koa";
+import { isUnderPrefix } from "../domain/path-prefix.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { ComponentService } from "../services/components.js";
@@ -103,6 +104,15 @@ const decodeDollar: Middleware = async (ctx, next) => {
   await next();
 };
 
+/**
+ * Every router matches case-sensitively. A router's `use()` guards are matched by their own
+ * case-sensitive pattern, so a router whose routes matched case-insensitively served `/ADMIN/users`
+ * without running its admin-token guard (and `/V1/...` without the API-key check).
+ */
+function router(prefix?: string): Router {
+  return new Router(prefix === undefined ? { sensitive: true } : { prefix, sensitive: true });
+}
+
 /** `/v1…` (the /v1 router is case-sensitive). */
 function isV1Path(path: string): boolean {
   return path.length >= 3 && path.charCodeAt(0) === 47 && path.charCodeAt(1) === 118 && path.charCodeAt(2) === 49;
@@ -119,7 +129,7 @@ export function createApp(deps: ApiDeps): Koa {
   app.use(errorHandler(deps.logger));
   app.use(decodeDollar);
 
-  const ops = new Router();
+  const ops = router();
   ops.get("/healthz", (ctx) => {
     ctx.body = { status: "ok" };
   });
@@ -139,15 +149,20 @@ export function createApp(deps: ApiDeps): Koa {
   const opsRoutes = ops.routes() as unknown as Middleware;
   const opsAllowed = allowedMethods(ops) as unknown as Middleware;
 
-  const admin = new Router({ prefix: "/admin" });
-  admin.use(requireAdmin(deps.adminToken), jsonBody(deps.bodyLimitBytes));
+  const guardAdmin = requireAdmin(deps.adminToken);
+  const admin = router("/admin");
+  // The router-level guard stays as a second line; the first is `adminGroup` below.
+  admin.use(guardAdmin, jsonBody(deps.bodyLimitBytes));
   adminRoutes(admin, deps.users, deps.purgeUser);
   const adminRoutesMw = admin.routes() as unknown as Middleware;
   const adminAllowed = allowedMethods(admin) as unknown as Middleware;
+  // Every spelling of /admin (any case, percent-encoded letters) meets the token check before
+  // any router matching: 404 when ADMIN_TOKEN is unset, 401 without the token, and only then
+  // the (case-sensitive) router, for which other spellings are unknown routes.
+  const adminGroup: Middleware = (ctx, next) =>
+    isUnderPrefix(ctx.path, "/admin") ? guardAdmin(ctx, () => adminRoutesMw(ctx, () => adminAllowed(ctx, next))) : next();
 
-  // Case-sensitive: a case-insensitive match let `/V1/...` reach handlers without passing the
-  // router-level middleware (the API key check), which then answered a misleading 401.
-  const v1 = new Router({ prefix: "/v1", sensitive: true });
+  const v1 = router("/v1");
   const user = requireUser(deps.authenticator ?? deps.users.store);
   const body = jsonBody(deps.bodyLimitBytes);
   v1.use(user, body);
@@ -180,8 +195,8 @@ export function createApp(deps: ApiDeps): Koa {
     }
     return opsRoutes(ctx, () =>
       opsAllowed(ctx, async () => {
-        if (endpoints) await endpoints(ctx, () => adminRoutesMw(ctx, () => adminAllowed(ctx, next)));
-        else await adminRoutesMw(ctx, () => adminAllowed(ctx, next));
+        if (endpoints) await endpoints(ctx, () => adminGroup(ctx, next));
+        else await adminGroup(ctx, next);
       }),
     );
   });

@@ -1,4 +1,5 @@
 import { type Job, Worker, type ConnectionOptions } from "bullmq";
+import { eventNameHeader } from "../domain/channel-name.js";
 import { classifyAttempt, describeAnswer, type Outcome } from "../domain/delivery-outcome.js";
 import { signPayload } from "../domain/signing.js";
 import type { Logger } from "../observability/logger.js";
@@ -195,7 +196,7 @@ export class DeliveryWorker {
       "user-agent": "Tributary-Webhooks/1",
       "x-tributary-emitter-id": data.emitterId,
       "x-tributary-event-id": data.eventId,
-      "x-tributary-event-name": data.channel === "" ? "default" : data.channel,
+      "x-tributary-event-name": eventNameHeader(data.channel),
       "x-tributary-attempt": String(logged),
       "x-tributary-delivery-id": data.deliveryId,
       "webhook-id": data.deliveryId,

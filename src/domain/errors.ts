@@ -80,3 +80,22 @@ export class UnavailableError extends AppError {
     super(503, "unavailable", message, { "retry-after": "5" });
   }
 }
+
+/**
+ * 502/504: a source's run did not produce a usable answer to the HTTP request it was given
+ * (customResponse). The caller is anonymous, so the body never carries the run's error: the
+ * detail is recorded on the source's `$errors` channel, where its owner reads it.
+ */
+export class SourceRunFailedError extends AppError {
+  constructor(reason: "failed" | "timed_out" | "no_response" | "invalid_response") {
+    const [status, code, message] = SOURCE_RUN_FAILURES[reason];
+    super(status, code, message);
+  }
+}
+
+const SOURCE_RUN_FAILURES = {
+  failed: [502, "source_run_failed", "source run failed"],
+  timed_out: [504, "source_run_failed", "source run timed out"],
+  no_response: [502, "no_response", "the source finished without calling this.http.respond()"],
+  invalid_response: [502, "invalid_response", "source run failed: its response was refused"],
+} as const;

@@ -1,3 +1,4 @@
+import { channelNameProblem } from "../domain/channel-name.js";
 import { ValidationError } from "../domain/errors.js";
 import { newId, type RandomBytes } from "../domain/ids.js";
 import type { Metrics } from "../observability/metrics.js";
@@ -18,11 +19,12 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return v !== null && typeof v === "object" && !Array.isArray(v);
 }
 
+/** An emit's `name` (domain/channel-name.ts has the rule, shared with subscriptions and summaries). */
 export function parseChannelName(raw: unknown, where: string): string {
   if (raw === undefined || raw === null) return "";
   if (typeof raw !== "string") throw new ValidationError(`${where}name must be a string`);
-  if (raw.length > 200) throw new ValidationError(`${where}name must be at most 200 characters`);
-  if (/[\u0000-\u001f\u007f]/.test(raw)) throw new ValidationError(`${where}name must not contain control characters`);
+  const problem = channelNameProblem(raw);
+  if (problem) throw new ValidationError(`${where}name ${problem}`);
   return raw;
 }
 

@@ -4,7 +4,17 @@
  * passed them along, possibly wrapped in `cause` or an AggregateError.
  */
 
-/** The SSRF guard refused to connect: the destination is (or resolves to) a private address. */
+/** What every refusal says, whatever the destination. */
+export const DESTINATION_REFUSED_MESSAGE =
+  "destination refused: private, loopback, link-local and metadata addresses are not allowed (ALLOW_PRIVATE_DESTINATIONS)";
+
+/**
+ * The SSRF guard refused to connect: the destination is (or resolves to) a private address.
+ * The message never names the address: it reaches users (a delivery's attempt log, a
+ * component_url error, a source's fetch), and naming what an internal host name resolves to would
+ * map the operator's network for them. `hostname` and `address` stay on the error for the
+ * daemon's own logs.
+ */
 export class DestinationRefusedError extends Error {
   readonly code = "ERR_DESTINATION_REFUSED";
 
@@ -12,11 +22,7 @@ export class DestinationRefusedError extends Error {
     readonly hostname: string,
     readonly address: string,
   ) {
-    super(
-      hostname === address
-        ? `destination ${address} is a private, loopback, link-local or metadata address`
-        : `destination ${hostname} resolves to ${address}, a private, loopback, link-local or metadata address`,
-    );
+    super(DESTINATION_REFUSED_MESSAGE);
     this.name = "DestinationRefusedError";
   }
 }

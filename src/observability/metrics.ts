@@ -15,7 +15,7 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
     registry,
     httpRequestDuration: new Histogram({
       name: "tributary_http_request_duration_seconds",
-      help: "HTTP request duration by route template, method and status",
+      help: "HTTP request duration by route template, method (GET, POST... or other) and status class (2xx, 4xx...)",
       labelNames: ["route", "method", "status"] as const,
       buckets: LATENCY_BUCKETS,
       registers,
@@ -90,6 +90,21 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
       registers,
     }),
   };
+}
+
+/**
+ * A response status as a metric label: its class (`2xx`, `4xx`...). customResponse sources choose
+ * any status from 200 to 599, so exact statuses would let anyone add hundreds of series.
+ */
+export function statusClassLabel(status: number): string {
+  return Number.isInteger(status) && status >= 100 && status <= 599 ? `${Math.floor(status / 100)}xx` : "other";
+}
+
+const METHOD_LABELS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]);
+
+/** A request method as a metric label: the common ones by name, the rest (PROPFIND, MKCOL...) as `other`. */
+export function methodLabel(method: string): string {
+  return METHOD_LABELS.has(method) ? method : "other";
 }
 
 /** Channel as a metric label: bounded to four values so user-chosen names never explode cardinality. */

@@ -1,12 +1,13 @@
 import type { Queue } from "bullmq";
 import type { Context, Middleware, Next } from "koa";
-import { NotFoundError, TooManyRequestsError } from "../domain/errors.js";
+import { checkCustomResponse } from "../domain/custom-response.js";
+import { type AppError, NotFoundError, SourceRunFailedError, TooManyRequestsError } from "../domain/errors.js";
 import { SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
 import type { Logger } from "../observability/logger.js";
 import type { SourceRunJob } from "../queue/catalog.js";
 import type { ComponentService } from "../services/components.js";
 import type { Keys } from "../store/keys.js";
-import type { SourceStore } from "../store/sources.js";
+import type { SourceRecord, SourceStore } from "../store/sources.js";
 import { type HttpEvent, lowerCaseHeaders, parseBody, readBody } from "./http-request.js";
 import type { Quotas } from "./quotas.js";
 import type { RateLimiter } from "./rate-limit.js";
@@ -40,16 +41,21 @@ function buildEvent(ctx: Context, subPath: string | undefined, raw: Buffer): Htt
   };
 }
 
-function sendCustom(ctx: Context, r: HttpResponse): void {
-  ctx.status = Number.isInteger(r.status) && r.status >= 100 && r.status <= 599 ? r.status : 200;
-  for (const [k, v] of Object.entries(r.headers)) {
+/** Sends the component's answer; false when it may not be sent (see domain/custom-response.ts). */
+function sendCustom(ctx: Context, d: EndpointDeps, sourceId: string, r: HttpResponse): { sent: true } | { sent: false; problem: string } {
+  const checked = checkCustomResponse(r.status, r.headers);
+  if (!checked.ok) return { sent: false, problem: checked.problem };
+  if (checked.dropped.length > 0) d.logger.debug({ sourceId, dropped: checked.dropped }, "custom response headers dropped");
+  ctx.status = checked.status;
+  for (const [k, v] of Object.entries(checked.headers)) {
     try {
       ctx.set(k, v);
     } catch {
-      // An invalid header name or value from user code is dropped, not a 500.
+      // Whatever node:http still refuses from user code is dropped, not a 500.
     }
   }
   ctx.body = r.body;
+  return { sent: true };
 }
 
 /**
@@ -91,7 +97,7 @@ export function sourceEndpoints(d: EndpointDeps): Middleware {
       ctx.body = { success: true };
       return;
     }
-    await respondInline(ctx, d, source.user_id, source.id, event);
+    await respondInline(ctx, d, source, event);
   };
 }
 
@@ -117,7 +123,9 @@ class InFlight {
 const inFlight = new InFlight();
 
 /** Runs the source now and answers with its first respond(); a run that never responds gets a clear error. */
-async function respondInline(ctx: Context, d: EndpointDeps, userId: string, sourceId: string, event: HttpEvent): Promise<void> {
+async function respondInline(ctx: Context, d: EndpointDeps, source: SourceRecord, event: HttpEvent): Promise<void> {
+  const userId = source.user_id;
+  const sourceId = source.id;
   if (inFlight.count(sourceId) >= INLINE_RUNS_PER_SOURCE || inFlight.count(userId) >= INLINE_RUNS_PER_USER) {
     throw new TooManyRequestsError("too many requests to this source are being answered right now", 1, "too_many_inline_runs");
   }
@@ -130,21 +138,27 @@ async function respondInline(ctx: Context, d: EndpointDeps, userId: string, sour
   };
   let run: Promise<unknown> | undefined;
   try {
-    run = (await runInline(ctx, d, userId, sourceId, event)).run;
+    const answer = await runInline(ctx, d, source, event);
+    run = answer.run;
+    if (answer.error) throw answer.error;
   } finally {
     if (run) void run.finally(release).catch(() => {});
     else release();
   }
 }
 
-/** Answers the request; returns the run, which may still be going on after it responded. */
+/**
+ * Answers the request, or returns the error to answer with; returns the run, which may still be
+ * going on after it responded. The caller is anonymous: when the run fails, its error goes to the
+ * source's $errors (the runner records it) and the answer is a generic SourceRunFailedError.
+ */
 async function runInline(
   ctx: Context,
   d: EndpointDeps,
-  userId: string,
-  sourceId: string,
+  source: SourceRecord,
   event: HttpEvent,
-): Promise<{ run: Promise<unknown> }> {
+): Promise<{ run: Promise<unknown>; error?: AppError }> {
+  const { user_id: userId, id: sourceId } = source;
   let answered: (r: HttpResponse) => void = () => {};
   const response = new Promise<HttpResponse>((resolve) => {
     answered = resolve;
@@ -152,21 +166,25 @@ async function runInline(
   const run = d.runner.run({ userId, sourceId, trigger: "http", event, onRespond: (r) => answered(r) });
   const first = await Promise.race([response.then((r) => ({ r })), run.then((o) => ({ o }))]);
   if ("r" in first) {
-    sendCustom(ctx, first.r);
     // The run goes on after responding; its emits are recorded when it ends.
     run.catch((err) => d.logger.error({ err, sourceId }, "source run failed after responding"));
+    const sent = sendCustom(ctx, d, sourceId, first.r);
+    if (!sent.sent) {
+      const error = { code: "INVALID_RESPONSE", msg: sent.problem, stack: "", ts: new Date(d.now()).toISOString() };
+      await d.runner.recordError(source, error, event, 0).catch((err) => d.logger.error({ err, sourceId }, "recording $errors failed"));
+      return { run, error: new SourceRunFailedError("invalid_response") };
+    }
     // Wrapped: returning the bare promise would make this function wait for the run to end.
     return { run };
   }
   const outcome = first.o;
   if (outcome.status === "skipped") {
-    if (outcome.reason === "quota") throw new TooManyRequestsError(outcome.detail, outcome.retryAfterSeconds ?? 60, "quota_exceeded");
-    throw new NotFoundError("no such endpoint", "endpoint_not_found");
+    if (outcome.reason === "quota") {
+      return { run, error: new TooManyRequestsError(outcome.detail, outcome.retryAfterSeconds ?? 60, "quota_exceeded") };
+    }
+    return { run, error: new NotFoundError("no such endpoint", "endpoint_not_found") };
   }
-  const error = outcome.result.error;
-  ctx.status = error?.code === "TIMEOUT" ? 504 : 502;
-  ctx.body = error
-    ? { error: `the source's run failed before responding: ${error.code}: ${error.msg.slice(0, 300)}`, code: "source_run_failed" }
-    : { error: "the source finished without calling this.http.respond()", code: "no_response" };
-  return { run };
+  const failure = outcome.result.error;
+  if (!failure) return { run, error: new SourceRunFailedError("no_response") };
+  return { run, error: new SourceRunFailedError(failure.code === "TIMEOUT" ? "timed_out" : "failed") };
 }

@@ -1,3 +1,4 @@
+import { channelNameProblem } from "../domain/channel-name.js";
 import { NotFoundError, ValidationError } from "../domain/errors.js";
 import { hasIdShape, isWorkflowId } from "../domain/ids.js";
 import type { SourceStore } from "../store/sources.js";
@@ -7,15 +8,15 @@ import type { WorkflowService } from "./workflows.js";
 
 const GLOBS = new Set(["dc_*", "p_*"]);
 
-/** event_name: any channel name, "" for the default stream. */
+/** event_name: any channel name (domain/channel-name.ts, the rule the ingress applies too), "" for the default stream. */
 export function parseEventName(raw: unknown, { required }: { required: boolean }): string {
   if (raw === undefined || raw === null) {
     if (required) throw new ValidationError("event_name is required");
     return "";
   }
   if (typeof raw !== "string") throw new ValidationError("event_name must be a string");
-  if (raw.length > 200) throw new ValidationError("event_name must be at most 200 characters");
-  if (/[\u0000-\u001f\u007f]/.test(raw)) throw new ValidationError("event_name must not contain control characters");
+  const problem = channelNameProblem(raw);
+  if (problem) throw new ValidationError(`event_name ${problem}`);
   return raw;
 }
 

@@ -77,7 +77,7 @@ export function errorHandler(logger: Logger) {
     } catch (err) {
       const known = toAppError(err);
       if (known) {
-        if (known.status >= 500) logger.warn({ err, path: ctx.path }, "request failed: dependency unavailable");
+        if (known.status >= 500) logger.warn({ err, code: known.code, path: ctx.path }, "request failed");
         else logger.debug({ code: known.code, path: ctx.path }, known.message);
         ctx.status = known.status;
         ctx.set(known.headers);

@@ -1,9 +1,10 @@
 import type { Context, Next } from "koa";
-import type { Metrics } from "../../observability/metrics.js";
+import { type Metrics, methodLabel, statusClassLabel } from "../../observability/metrics.js";
 
 /**
  * Records every request in the duration histogram, labelled by route template (never the raw
- * path, which carries ids) so cardinality stays bounded.
+ * path, which carries ids), method and status class, so cardinality stays bounded whatever
+ * callers and components send.
  */
 export function observeRequests(metrics: Metrics) {
   return async function observe(ctx: Context, next: Next): Promise<void> {
@@ -16,8 +17,8 @@ export function observeRequests(metrics: Metrics) {
       metrics.httpRequestDuration.observe(
         {
           route: typeof route === "string" ? route : (ctx.state.routeLabel ?? "unmatched"),
-          method: ctx.method,
-          status: String(ctx.status),
+          method: methodLabel(ctx.method),
+          status: statusClassLabel(ctx.status),
         },
         seconds,
       );

@@ -1,7 +1,9 @@
 import { gzipSync } from "node:zlib";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isUnderPrefix } from "../../../src/domain/path-prefix.js";
 import { client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
+import { caseMixes, percentFirst } from "../../helpers/spellings.js";
 import {
   b64url,
   createComponent,
@@ -323,6 +325,8 @@ interface FuzzRequest {
   route: string;
   method: string;
   path: string;
+  /** The route's first segment was spelled otherwise (case, percent-encoding): no handler may serve it. */
+  respelled: boolean;
   query: [string, string][];
   auth: "user" | "admin" | "none" | "garbage";
   body: { label: string; contentType?: string; encoding?: string; data?: string | Buffer; chunked?: boolean };
@@ -338,7 +342,32 @@ interface Fixtures {
   foreignSource: string;
   foreignWebhook: string;
   sacrificialUserId: string;
+  /** Endpoint token of a customResponse source that answers with what the query asks for. */
+  responderToken: string;
 }
+
+/**
+ * A customResponse source that answers with the status, headers and body the query names, or
+ * throws with a detail that must never reach the caller.
+ */
+const RESPONDER = `module.exports = {
+  name: "Fuzz responder",
+  version: "0.0.1",
+  props: { http: { type: "$.interface.http", customResponse: true } },
+  async run(event) {
+    const q = event.query;
+    if (q.throw) throw new Error("secret-detail " + q.throw);
+    let headers = {};
+    try { headers = JSON.parse(q.headers || "{}"); } catch {}
+    this.http.respond({ status: q.status, headers, body: q.body === undefined ? "fuzz" : q.body });
+  },
+};`;
+
+/** Headers that frame a connection or a body: a component's answer must never carry them. */
+const HOP_BY_HOP = ["upgrade", "te", "trailer", "proxy-authenticate", "proxy-connection"] as const;
+
+/** Methods the routers know; any other method is answered 405 on every path (Node's 501 made a JSON 405). */
+const ROUTER_METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]);
 
 const KNOWN_KEYS = [
   "component_code",
@@ -376,8 +405,13 @@ const KNOWN_KEYS = [
 
 const METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "PROPFIND"] as const;
 
-/** Every route of the daemon; `s` is a path segment chosen by the fuzzer. */
-const ROUTES: { name: string; methods: readonly string[]; admin?: boolean; path: (s: readonly string[]) => string }[] = [
+/** Every route of the daemon; `s` is a path segment chosen by the fuzzer, `f` the fixtures. */
+const ROUTES: {
+  name: string;
+  methods: readonly string[];
+  admin?: boolean;
+  path: (s: readonly string[], f: Fixtures, q: string) => string;
+}[] = [
   { name: "/v1/components", methods: ["POST"], path: () => "/v1/components" },
   { name: "/v1/components/:key", methods: ["GET"], path: (s) => `/v1/components/${s[0]}` },
   { name: "/v1/components/registry/:key", methods: ["GET"], path: (s) => `/v1/components/registry/${s[0]}` },
@@ -411,7 +445,54 @@ const ROUTES: { name: string; methods: readonly string[]; admin?: boolean; path:
   { name: "ops", methods: ["GET"], path: (s) => `/${s[1] === "x" ? "readyz" : "healthz"}` },
   { name: "unknown", methods: ["GET", "POST"], path: (s) => `/${s[0]}/${s[1]}` },
   { name: "/e/:token", methods: ["GET", "POST"], path: (s) => `/e/${s[0]}/${s[1]}` },
+  { name: "/e/:responder", methods: ["GET", "POST", "PUT"], path: (s, f, q) => `/e/${f.responderToken}/${s[1]}?${q}` },
 ];
+
+/** A query asking the responder for a hostile answer: 1xx statuses, framing headers, a throw. */
+const responderQuery: fc.Arbitrary<string> = fc
+  .record({
+    status: fc.oneof(
+      fc.constantFrom(100, 101, 102, 103, 199, 200, 204, 206, 301, 304, 404, 418, 500, 502, 599, 600, 0, -1),
+      fc.integer({ min: 0, max: 1000 }),
+      fc.constantFrom("abc", "200.5", "", "1e3"),
+    ),
+    headers: fc.dictionary(
+      fc.constantFrom(
+        "transfer-encoding",
+        "Content-Length",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-authenticate",
+        "proxy-connection",
+        "x-hop",
+        "x-fine",
+        "bad name",
+        "set-cookie",
+      ),
+      fc.constantFrom("chunked", "0", "1", "close, x-hop", "Upgrade", "websocket", "a\r\nx-injected: 1", "é", "😀", ""),
+      { maxKeys: 5 },
+    ),
+    body: fc.option(fc.string({ maxLength: 20 }), { nil: undefined }),
+    throws: fc.oneof({ weight: 5, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.constantFrom("a", "b") }),
+  })
+  .map(({ status, headers, body, throws }) => {
+    const q = new URLSearchParams({ status: String(status), headers: JSON.stringify(headers) });
+    if (body !== undefined) q.set("body", body);
+    if (throws !== undefined) q.set("throw", throws);
+    return q.toString();
+  });
+
+/** `/admin/users` -> `/aDmIn/users` or `/%61dmin/users`: the first segment spelled otherwise. */
+function respell(path: string, pick: number): string {
+  const m = /^\/([^/?]+)(.*)$/s.exec(path);
+  if (!m) return path;
+  const [, first = "", rest = ""] = m;
+  const spellings = [...caseMixes(first).slice(1), percentFirst(first)];
+  return `/${spellings[pick % spellings.length]}${rest}`;
+}
 
 function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
   const ids = [...f.sources, f.componentId, f.webhookId, f.workflowId, f.eventId, f.subscriptionId, f.foreignSource, f.foreignWebhook];
@@ -424,6 +505,11 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
     "%00",
     "\u0000",
     "ü€😀",
+    "emoji😀",
+    "   ",
+    " padded ",
+    "100%",
+    "\uD800",
     "../../etc/passwd",
     "dc_*",
     "p_*",
@@ -477,7 +563,8 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
 
   const segment = fc.oneof(
     { weight: 4, arbitrary: fc.constantFrom(...ids) },
-    { weight: 2, arbitrary: str.map((s) => encodeURIComponent(s)) },
+    // Unpaired surrogates cannot be percent-encoded; a URL carries them as U+FFFD.
+    { weight: 2, arbitrary: str.map((s) => encodeURIComponent(s.replace(/\p{Cs}/gu, "\uFFFD"))) },
     {
       weight: 1,
       arbitrary: fc.constantFrom("%", "%zz", "%E0%A4", "%C0%AF", "..", "%2e%2e", "%00", "%2F", "$errors", "p_", "dc_", "x".repeat(3000)),
@@ -608,19 +695,29 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
       query: fc.array(fc.tuple(key, str), { maxLength: 6 }),
       auth: fc.constantFrom("user", "user", "user", "user", "user", "user", "user", "user", "none", "garbage", "admin"),
       body,
+      respondWith: responderQuery,
+      // One request in eight spells its route's first segment otherwise (/ADMIN, /V1, /%61dmin).
+      respell: fc.oneof({ weight: 7, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.nat() }),
     })
     .map((r) => {
       const route = ROUTES[r.routeIndex]!;
       const method = r.methodPick ?? route.methods[r.methodIndex % route.methods.length]!;
       const segs = route.admin ? [r.adminSegment, r.segments[1]] : r.segments;
-      const auth = route.admin && r.auth === "user" ? "admin" : (r.auth as FuzzRequest["auth"]);
+      // An admin route without a token is the case its guard exists for: keep it common.
+      const auth = route.admin && r.auth === "user" ? (r.methodIndex % 2 === 0 ? "admin" : "none") : (r.auth as FuzzRequest["auth"]);
       // fetch sends no body with GET or HEAD.
       const b = method === "GET" || method === "HEAD" ? { label: "none" } : r.body;
-      return { route: route.name, method, path: route.path(segs), query: r.query, auth, body: b };
+      const exact = route.path(segs, f, r.respondWith);
+      const respelled = r.respell !== undefined && (route.admin === true || route.name.startsWith("/v1/"));
+      const path = respelled ? respell(exact, r.respell ?? 0) : exact;
+      return { route: route.name, method, path, respelled, query: r.query, auth, body: b };
     });
 }
 
-async function sendFuzz(req: FuzzRequest, keys: { user: string; admin: string }): Promise<{ status: number; text: string; body: Json }> {
+async function sendFuzz(
+  req: FuzzRequest,
+  keys: { user: string; admin: string },
+): Promise<{ status: number; headers: Headers; text: string; body: Json }> {
   const headers: Record<string, string> = {};
   if (req.auth === "user") headers.authorization = `Bearer ${keys.user}`;
   if (req.auth === "admin") headers.authorization = `Bearer ${keys.admin}`;
@@ -635,7 +732,7 @@ async function sendFuzz(req: FuzzRequest, keys: { user: string; admin: string })
       init.duplex = "half";
     } else init.body = req.body.data as RequestInit["body"];
   }
-  const res = await fetch(`${td.url}${req.path}${qs ? `?${qs}` : ""}`, init);
+  const res = await fetch(`${td.url}${req.path}${qs ? `${req.path.includes("?") ? "&" : "?"}${qs}` : ""}`, init);
   const text = await res.text();
   let body: Json;
   try {
@@ -643,7 +740,37 @@ async function sendFuzz(req: FuzzRequest, keys: { user: string; admin: string })
   } catch {
     body = undefined;
   }
-  return { status: res.status, text, body };
+  return { status: res.status, headers: res.headers, text, body };
+}
+
+/**
+ * The responder's 5xx that are not the daemon's failures: the status the component was asked to
+ * answer with, or the generic 502/504 of a run that failed (whose detail stays on $errors).
+ */
+function responderChose5xx(req: FuzzRequest, res: Awaited<ReturnType<typeof sendFuzz>>): boolean {
+  if (req.route !== "/e/:responder") return false;
+  if ([502, 504].includes(res.status) && ["source_run_failed", "invalid_response", "no_response"].includes(res.body?.code)) return true;
+  const asked = new URLSearchParams(req.path.split("?")[1] ?? "").get("status");
+  return asked !== null && Number(asked) === res.status;
+}
+
+/** What must hold for a request beyond "no 5xx" (item by item: route guards, custom responses). */
+function invariantProblem(req: FuzzRequest, res: Awaited<ReturnType<typeof sendFuzz>>): string | undefined {
+  const path = req.path.split("?")[0] ?? req.path;
+  // Every spelling of /admin meets the admin guard first.
+  if (isUnderPrefix(path, "/admin") && req.auth !== "admin" && res.status !== 401)
+    return `admin path without the token answered ${res.status}`;
+  // A route spelled otherwise is an unknown route (or the guard's 401); never served.
+  const unknownMethod = res.status === 405 && !ROUTER_METHODS.has(req.method);
+  if (req.respelled && res.status !== 404 && res.status !== 401 && !unknownMethod) return `respelled route answered ${res.status}`;
+  if (req.route === "/e/:responder") {
+    if (res.status < 200) return `custom response with status ${res.status}`;
+    const framing = HOP_BY_HOP.filter((h) => res.headers.has(h));
+    if (framing.length > 0) return `custom response carried ${framing.join(", ")}`;
+    if (res.headers.has("x-injected")) return "custom response split its headers";
+    if (res.status >= 500 && /secret-detail/.test(res.text)) return "a run's error reached the caller";
+  }
+  return undefined;
 }
 
 describe("fuzz", () => {
@@ -667,6 +794,7 @@ describe("fuzz", () => {
       foreignSource: (await createSource(other.api, { component_code: HTTP_ESM })).id,
       foreignWebhook: (await createWebhook(other.api, "https://example.com/other")).id,
       sacrificialUserId: sacrificial.id,
+      responderToken: String((await createSource(u.api, { component_code: RESPONDER })).configured_props.http.endpoint_url.split("/e/")[1]),
     };
     const requests = fc.sample(fuzzArbitrary(fixtures), { seed: FUZZ_SEED, numRuns: FUZZ_REQUESTS });
     const keys = { user: u.api_key, admin: td.adminToken };
@@ -695,9 +823,17 @@ describe("fuzz", () => {
           continue;
         }
         statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
-        if (res.status >= 500) fail(req, String(res.status), res.text);
+        const broken = invariantProblem(req, res);
+        if (broken) fail(req, broken, res.text);
+        if (res.status >= 500 && !responderChose5xx(req, res)) fail(req, String(res.status), res.text);
         // 431 comes from Node's HTTP parser (URL or headers over 16 KiB), before any application code.
-        else if (res.status >= 400 && res.status !== 431 && req.method !== "HEAD") {
+        // The responder's own 4xx answers are whatever the component chose; the daemon's 429s are not.
+        else if (
+          res.status >= 400 &&
+          res.status !== 431 &&
+          req.method !== "HEAD" &&
+          (req.route !== "/e/:responder" || res.status === 429)
+        ) {
           if (typeof res.body?.error !== "string" || typeof res.body?.code !== "string")
             fail(req, `${res.status} without {error, code}`, res.text);
         }
@@ -713,6 +849,15 @@ describe("fuzz", () => {
     // The fuzz reached the application, not only its front door.
     expect([...statuses.keys()].filter((s) => s < 300).length).toBeGreaterThan(0);
     expect(statuses.get(400) ?? 0).toBeGreaterThan(FUZZ_REQUESTS / 20);
+
+    // The request histogram's labels stayed within their fixed sets, whatever was sent.
+    const metrics = (await client(td.url).get("/metrics")).text.split("\n");
+    const series = metrics.filter((l) => l.startsWith("tributary_http_request_duration_seconds_count{"));
+    expect(series.length).toBeGreaterThan(0);
+    for (const line of series) {
+      expect(line).toMatch(/status="(1xx|2xx|3xx|4xx|5xx|other)"/);
+      expect(line).toMatch(/method="(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS|other)"/);
+    }
 
     // The daemon is still healthy, and nothing leaked into this process's prototypes.
     expectStatus(await u.api.get("/v1/users/me"), 200);

@@ -1,4 +1,4 @@
-import { request as httpRequest } from "node:http";
+import { Agent, type IncomingHttpHeaders, request as httpRequest } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Client, client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
 import { waitFor } from "../../helpers/receiver.js";
@@ -242,8 +242,7 @@ describe("customResponse", () => {
     const res = await anon.post(endpointOf(s), { json: { wait: true } });
     expectStatus(res, 504);
     expect(Date.now() - started).toBeGreaterThanOrEqual(SANDBOX_TIMEOUT_MS - 50);
-    expect(res.body.code).toBe("source_run_failed");
-    expect(res.body.error).toMatch(/TIMEOUT/);
+    expect(res.body).toEqual({ error: "source run timed out", code: "source_run_failed" });
     const [err] = await atLeast(u.api, s.id, 1, "$errors");
     expect(err.event.error.code).toBe("TIMEOUT");
     expect(err.event.original_event.body).toEqual({ wait: true });
@@ -261,15 +260,105 @@ describe("customResponse", () => {
     expect(e.event).toEqual({ ran: true });
   });
 
-  it("answers 502 naming the error when the run throws before responding", async () => {
+  it("answers a generic 502 when the run throws before responding; the error goes to $errors only", async () => {
     const u = await td.createUser();
-    const s = await createSource(u.api, custom(`throw new TypeError("no answer for " + event.method);`));
+    const s = await createSource(u.api, custom(`throw new TypeError("secret detail " + event.method);`));
     const res = await anon.put(endpointOf(s), { json: {} });
     expectStatus(res, 502);
-    expect(res.body.code).toBe("source_run_failed");
-    expect(res.body.error).toMatch(/TypeError: no answer for PUT/);
+    expect(res.headers.get("content-type")).toMatch(/^application\/json/);
+    expect(res.body).toEqual({ error: "source run failed", code: "source_run_failed" });
+    expect(res.text).not.toMatch(/secret detail|TypeError/);
     const [err] = await atLeast(u.api, s.id, 1, "$errors");
-    expect(err.event.error).toMatchObject({ code: "TypeError", msg: "no answer for PUT" });
+    expect(err.event.error).toMatchObject({ code: "TypeError", msg: "secret detail PUT" });
+  });
+
+  it.each([100, 101, 103, 199])(
+    "refuses respond({status: %i}) to a request asking to upgrade: a generic 502, the connection stays HTTP, the problem on $errors",
+    async (status) => {
+      const u = await td.createUser();
+      const s = await createSource(
+        u.api,
+        custom(`this.http.respond({ status: ${status}, headers: { upgrade: "websocket", connection: "Upgrade" }, body: "" });`),
+      );
+      const answer = await upgradeRequest(endpointOf(s));
+      expect(answer).toMatchObject({ kind: "response", status: 502 });
+      expect(JSON.parse(answer.body)).toEqual({ error: "source run failed: its response was refused", code: "invalid_response" });
+      expect(answer.headers.upgrade).toBeUndefined();
+      const [err] = await atLeast(u.api, s.id, 1, "$errors");
+      expect(err.event.error.code).toBe("INVALID_RESPONSE");
+      expect(err.event.error.msg).toMatch(new RegExp(`status ${status} is not allowed`));
+      expect(err.event.original_event.headers.upgrade).toBe("websocket");
+    },
+  );
+
+  it("drops hop-by-hop and framing headers from respond() and frames the body itself", async () => {
+    const u = await td.createUser();
+    const headers = {
+      "transfer-encoding": "chunked",
+      "content-length": "3",
+      connection: "close, x-hop",
+      "x-hop": "1",
+      "keep-alive": "timeout=1",
+      upgrade: "h2c",
+      te: "trailers",
+      trailer: "x-trailer",
+      "proxy-authenticate": "Basic",
+      "x-kept": "yes",
+    };
+    const s = await createSource(
+      u.api,
+      custom(`this.http.respond({ status: 200, headers: ${JSON.stringify(headers)}, body: "hello world, framed by the daemon" });`),
+    );
+    const url = new URL(endpointOf(s));
+    // Two requests on one kept-alive socket: a component that framed the first answer would break the second.
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      for (let i = 0; i < 2; i++) {
+        const res = await plainGet(url, agent);
+        expect(res.status).toBe(200);
+        expect(res.body).toBe("hello world, framed by the daemon");
+        expect(res.headers["x-kept"]).toBe("yes");
+        for (const name of ["x-hop", "upgrade", "te", "trailer", "proxy-authenticate", "transfer-encoding"]) {
+          expect(res.headers[name], name).toBeUndefined();
+        }
+        expect(res.headers["content-length"]).toBe(String(Buffer.byteLength(res.body)));
+        expect(res.headers["keep-alive"]).not.toBe("timeout=1");
+        expect(res.headers.connection).not.toMatch(/close|x-hop/);
+      }
+    } finally {
+      agent.destroy();
+    }
+  });
+});
+
+describe("metrics", () => {
+  let unlimited: TestDaemon;
+
+  beforeAll(async () => {
+    unlimited = await startTestDaemon({ SOURCE_HTTP_RATE_PER_SECOND: "100000" });
+  });
+
+  afterAll(async () => {
+    await unlimited?.close();
+  });
+
+  it("labels the request histogram by status class, so statuses a component chooses add no series", async () => {
+    const u = await unlimited.createUser("paid");
+    const anon = client(unlimited.url);
+    const s = await createSource(u.api, custom(`this.http.respond({ status: Number(event.query.s), body: "" });`));
+    const url = endpointOf(s);
+    const statuses = Array.from({ length: 100 }, (_, i) => 200 + i * 4);
+    for (const status of statuses) {
+      const res = await anon.request(status % 8 === 0 ? "POST" : "PUT", `${url}?s=${status}`);
+      expect(res.status).toBe(status);
+    }
+    const series = (await anon.get("/metrics")).text
+      .split("\n")
+      .filter((l) => l.startsWith('tributary_http_request_duration_seconds_count{route="/e/:token"'));
+    const labels = series.map((l) => /status="([^"]*)"/.exec(l)?.[1]);
+    expect(new Set(labels)).toEqual(new Set(["2xx", "3xx", "4xx", "5xx"]));
+    // Two methods, four classes (other tests' requests to /e/:token add at most a few more).
+    expect(series.length).toBeLessThanOrEqual(16);
   });
 });
 
@@ -322,6 +411,68 @@ describe("endpoint availability", () => {
     expect(await summaries(u.api, s.id)).toHaveLength(1);
   });
 });
+
+/** What came back to a request asking to switch protocols: a final response, or an upgrade, or nothing. */
+type UpgradeAnswer =
+  | { kind: "response"; status: number; headers: IncomingHttpHeaders; body: string }
+  | { kind: "upgrade" | "information"; status: number; headers: IncomingHttpHeaders; body: string }
+  | { kind: "timeout"; status: 0; headers: IncomingHttpHeaders; body: string };
+
+/** GETs with `Connection: Upgrade` as a WebSocket client would; waits at most 5 s for a final answer. */
+function upgradeRequest(url: string): Promise<UpgradeAnswer> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, {
+      method: "GET",
+      headers: {
+        connection: "Upgrade",
+        upgrade: "websocket",
+        "sec-websocket-version": "13",
+        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+      },
+    });
+    const timer = setTimeout(() => {
+      req.destroy();
+      resolve({ kind: "timeout", status: 0, headers: {}, body: "" });
+    }, 5000);
+    const done = (a: UpgradeAnswer) => {
+      clearTimeout(timer);
+      req.destroy();
+      resolve(a);
+    };
+    req.on("upgrade", (res) => done({ kind: "upgrade", status: res.statusCode ?? 0, headers: res.headers, body: "" }));
+    req.on("information", (info) => done({ kind: "information", status: info.statusCode, headers: {}, body: "" }));
+    req.on("response", (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (c: string) => {
+        body += c;
+      });
+      res.on("end", () => done({ kind: "response", status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.on("error", (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    req.end();
+  });
+}
+
+/** A plain GET through node:http (every response header visible, as sent). */
+function plainGet(url: URL, agent: Agent): Promise<{ status: number; headers: IncomingHttpHeaders; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { method: "GET", agent }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (c: string) => {
+        body += c;
+      });
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
 
 /** POSTs a body in chunks without Content-Length; resolves with the status. */
 function chunkedPost(url: string, chunks: string[]): Promise<number> {
