@@ -151,6 +151,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     sourceStore,
     components,
     ingest,
+    ingressRate,
     sourceRunQueue,
     timersQueue,
     now: Date.now,

@@ -20,6 +20,8 @@ export interface EndpointDeps {
   runner: SourceRunner;
   quotas: Quotas;
   limiter: RateLimiter;
+  /** The per-user ingress rate (services/ingress-rate.ts): each request counts one event. */
+  ingress?: { admit(userId: string, events: number): Promise<void> };
   keys: Keys;
   queue: Queue;
   bodyLimitBytes: number;
@@ -78,6 +80,7 @@ export function sourceEndpoints(d: EndpointDeps): Middleware {
 
     const wait = await d.limiter.take(d.keys.sourceRate(source.user_id, source.id));
     if (wait > 0) throw new TooManyRequestsError("this endpoint is receiving too many requests", wait / 1000);
+    await d.ingress?.admit(source.user_id, 1);
     const quota = await d.quotas.check(source.user_id);
     if (!quota.ok) throw new TooManyRequestsError(quota.reason, quota.retryAfterSeconds, "quota_exceeded");
 

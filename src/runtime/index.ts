@@ -39,6 +39,8 @@ export interface RuntimeDeps {
   sourceStore: SourceStore;
   components: ComponentService;
   ingest: Ingest;
+  /** The per-user ingress rate that HTTP source requests count against. */
+  ingressRate?: { admit(userId: string, events: number): Promise<void> };
   sourceRunQueue: Queue;
   timersQueue: Queue;
   now: () => number;
@@ -117,6 +119,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     runner,
     quotas,
     limiter: new RateLimiter(d.redis, config.sourceHttpRatePerSecond, config.sourceHttpRatePerSecond * 2),
+    ingress: d.ingressRate,
     keys: d.keys,
     queue: d.sourceRunQueue,
     bodyLimitBytes: config.bodyLimitBytes,

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Client, Reply, TestDaemon } from "../../helpers/daemon.js";
-import { startTestDaemon } from "../../helpers/daemon.js";
+import { client, startTestDaemon } from "../../helpers/daemon.js";
 import { connectRedis } from "../../helpers/redis.js";
 import { createKeys } from "../../../src/store/keys.js";
 import {
@@ -11,6 +11,7 @@ import {
   emit,
   expectError,
   expectStatus,
+  HTTP_ESM,
   type Json,
   subscribe,
   uniqueComponent,
@@ -349,6 +350,23 @@ describe("ingress rate", () => {
     // Another user's bucket is untouched.
     const other = await td.createUser();
     await emit(other.api, workflowId(), { fine: true });
+  });
+
+  it("counts HTTP source requests against the same per-user bucket", async () => {
+    const u = await td.createUser();
+    const s = await createSource(u.api, { component_code: HTTP_ESM });
+    const endpoint = String(s.configured_props.http.endpoint_url);
+    expectStatus(await client(td.url).post(endpoint, { json: { first: true } }), 200);
+    // The user's workflow emits empty the bucket the endpoint shares.
+    const p = workflowId();
+    const rest = LIMITS.INGRESS_BURST_EVENTS_PER_USER - 1;
+    expectStatus(
+      await u.api.post(`/v1/workflows/${p}/events`, { json: { events: Array.from({ length: rest }, () => ({ event: 1 })) } }),
+      202,
+    );
+    const refused = await client(td.url).post(endpoint, { json: { second: true } });
+    expectError(refused, 429, /ingress rate limit/);
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
   });
 
   it("answers 413 to a batch larger than the burst, which could never pass", async () => {
