@@ -749,7 +749,11 @@ async function sendFuzz(
  */
 function responderChose5xx(req: FuzzRequest, res: Awaited<ReturnType<typeof sendFuzz>>): boolean {
   if (req.route !== "/e/:responder") return false;
-  if ([502, 504].includes(res.status) && ["source_run_failed", "invalid_response", "no_response"].includes(res.body?.code)) return true;
+  if ([502, 504].includes(res.status)) {
+    // A HEAD answer has no body to carry the code; its status is all there is to check.
+    if (req.method === "HEAD") return true;
+    if (["source_run_failed", "invalid_response", "no_response"].includes(res.body?.code)) return true;
+  }
   const asked = new URLSearchParams(req.path.split("?")[1] ?? "").get("status");
   return asked !== null && Number(asked) === res.status;
 }
