@@ -148,7 +148,9 @@ describe("sender", () => {
       res.write("partial");
       // The body never ends.
     });
-    const r = expectResponse(await sender({ timeoutMs: 300 }).send({ ...payload, url: rx.url() }));
+    // Long enough for the status line to arrive on a loaded machine: what is timed out here is the
+    // body, and a timeout that fires before the headers would test the other case.
+    const r = expectResponse(await sender({ timeoutMs: 2_000 }).send({ ...payload, url: rx.url() }));
     expect(r).toMatchObject({ statusCode: status, responseSnippet: status === 200 ? "" : "partial" });
   });
 
