@@ -24,6 +24,7 @@ import { createMetrics } from "./observability/metrics.js";
 import { QueueMonitor } from "./observability/queue-monitor.js";
 import { QUEUES, type MaintenanceJob } from "./queue/catalog.js";
 import { createAnalyzer } from "./runtime/analyzer.js";
+import { exitOnCatastrophicError } from "./runtime/fatal.js";
 import { createRuntime, type Runtime } from "./runtime/index.js";
 import { ComponentService } from "./services/components.js";
 import { createComponentFetcher } from "./services/component-fetcher.js";
@@ -63,6 +64,11 @@ export interface DaemonOptions {
   readonly logger: Logger;
   readonly redisUrl: string;
   readonly registryDir: string;
+  /**
+   * Ends the process after a fatal error (isolated-vm lost control of an isolate); the supervisor
+   * restarts it. Default `process.exit`; main.ts drains first, tests observe the call.
+   */
+  readonly exit?: (code: number) => void;
 }
 
 /**
@@ -112,7 +118,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const events = new EventStore(redis, keys);
   const attemptLog = new AttemptLog(redis, keys, config.deliveryLogLimit, Date.now);
 
-  const analyzer = createAnalyzer(config);
+  const onCatastrophicError = exitOnCatastrophicError(logger, opts.exit ?? ((code) => process.exit(code)));
+  const analyzer = createAnalyzer(config, onCatastrophicError);
   const fetcher = createComponentFetcher({ agent, timeoutMs: config.componentFetchTimeoutMs, maxBytes: config.componentFetchMaxBytes });
   const components = new ComponentService(componentStore, analyzer, fetcher, opts.registryDir);
   const workflows = new WorkflowService(workflowStore, subscriptionStore, events);
@@ -135,6 +142,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     timersQueue,
     now: Date.now,
     randomBytes: ctx.randomBytes,
+    onCatastrophicError,
   });
   const sources = new SourceService(sourceStore, components, subscriptionStore, runtime.lifecycle, {
     publicUrl: config.publicUrl,
@@ -263,7 +271,9 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         redis.status === "ready" &&
         (await redis.ping()) === "PONG" &&
         runtime.running() &&
-        [fanout, deliveryWorker, maintenance].every((part) => part === undefined || part.isRunning()),
+        [fanout, deliveryWorker, maintenance].every((part) => part === undefined || part.isRunning()) &&
+        // Creating components needs the compiler; one that cannot build a trivial component is not ready.
+        (await analyzer.healthy()),
       endpoints: runtime.endpoints,
       v1Modules: [
         eventRoutes({
@@ -313,6 +323,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         Promise.all([fanout?.close(), deliveryWorker?.close(), maintenance?.close(), runtime.close(), ...closers.map((c) => c())]),
       );
       await sender.close();
+      analyzer.close();
       // 3. Close queues.
       await deadline(Promise.all([deliveryQueue.close(), sourceRunQueue.close(), maintenanceQueue.close(), timersQueue.close()]));
       await agent.close().catch(() => {});
