@@ -24,7 +24,7 @@ import { createMetrics } from "./observability/metrics.js";
 import { QueueMonitor } from "./observability/queue-monitor.js";
 import { QUEUES, type MaintenanceJob } from "./queue/catalog.js";
 import { createAnalyzer } from "./runtime/analyzer.js";
-import { exitOnCatastrophicError } from "./runtime/fatal.js";
+import { abortProcess, exitOnCatastrophicError } from "./runtime/fatal.js";
 import { createRuntime, type Runtime } from "./runtime/index.js";
 import { ComponentService } from "./services/components.js";
 import { createComponentFetcher } from "./services/component-fetcher.js";
@@ -66,9 +66,10 @@ export interface DaemonOptions {
   readonly registryDir: string;
   /**
    * Ends the process after a fatal error (isolated-vm lost control of an isolate); the supervisor
-   * restarts it. Default `process.exit`; main.ts drains first, tests observe the call.
+   * restarts it. Default `process.abort()` (see runtime/fatal.ts); main.ts drains first, tests
+   * observe the call.
    */
-  readonly exit?: (code: number) => void;
+  readonly fatal?: () => void;
 }
 
 /**
@@ -118,7 +119,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const events = new EventStore(redis, keys);
   const attemptLog = new AttemptLog(redis, keys, config.deliveryLogLimit, Date.now);
 
-  const onCatastrophicError = exitOnCatastrophicError(logger, opts.exit ?? ((code) => process.exit(code)));
+  const onCatastrophicError = exitOnCatastrophicError(logger, opts.fatal ?? abortProcess);
   const analyzer = createAnalyzer(config, onCatastrophicError);
   const fetcher = createComponentFetcher({ agent, timeoutMs: config.componentFetchTimeoutMs, maxBytes: config.componentFetchMaxBytes });
   const components = new ComponentService(componentStore, analyzer, fetcher, opts.registryDir);
