@@ -30,6 +30,7 @@ import { ComponentService } from "./services/components.js";
 import { createComponentFetcher } from "./services/component-fetcher.js";
 import { SourceService } from "./services/sources.js";
 import { SubscriptionService } from "./services/subscriptions.js";
+import { UserDeletion } from "./services/user-deletion.js";
 import { UsageReader, UserService } from "./services/users.js";
 import { WebhookService } from "./services/webhooks.js";
 import { WorkflowService } from "./services/workflows.js";
@@ -161,13 +162,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     Date.now,
   );
 
-  const purgeUser = async (userId: string) => {
-    for (const id of await sourceStore.ids(userId)) {
-      const s = await sourceStore.get(userId, id);
-      if (s) await sources.delete(userId, s.id).catch((err) => logger.warn({ err, sourceId: id }, "purge: source removal failed"));
-    }
-    await userStore.delete(userId);
-  };
+  const userDeletion = new UserDeletion(userStore, sourceStore, sources, logger);
 
   // Workers.
   const closers: (() => Promise<void>)[] = [];
@@ -267,7 +262,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       subscriptions,
       webhooks,
       workflows,
-      purgeUser,
+      purgeUser: (userId: string) => userDeletion.delete(userId),
       ready: async () =>
         redis.status === "ready" &&
         (await redis.ping()) === "PONG" &&
