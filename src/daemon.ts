@@ -24,6 +24,7 @@ import { createMetrics } from "./observability/metrics.js";
 import { QueueMonitor } from "./observability/queue-monitor.js";
 import { QUEUES, type MaintenanceJob } from "./queue/catalog.js";
 import { createAnalyzer } from "./runtime/analyzer.js";
+import { abortProcess, exitOnCatastrophicError } from "./runtime/fatal.js";
 import { createRuntime, type Runtime } from "./runtime/index.js";
 import { RateLimiter } from "./runtime/rate-limit.js";
 import { ComponentService } from "./services/components.js";
@@ -31,6 +32,7 @@ import { createComponentFetcher } from "./services/component-fetcher.js";
 import { IngressRate } from "./services/ingress-rate.js";
 import { SourceService } from "./services/sources.js";
 import { SubscriptionService } from "./services/subscriptions.js";
+import { UserDeletion } from "./services/user-deletion.js";
 import { UsageReader, UserService } from "./services/users.js";
 import { WebhookService } from "./services/webhooks.js";
 import { WorkflowService } from "./services/workflows.js";
@@ -66,6 +68,12 @@ export interface DaemonOptions {
   readonly logger: Logger;
   readonly redisUrl: string;
   readonly registryDir: string;
+  /**
+   * Ends the process after a fatal error (isolated-vm lost control of an isolate); the supervisor
+   * restarts it. Default `process.abort()` (see runtime/fatal.ts); main.ts drains first, tests
+   * observe the call.
+   */
+  readonly fatal?: () => void;
 }
 
 /**
@@ -126,7 +134,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const events = new EventStore(redis, keys);
   const attemptLog = new AttemptLog(redis, keys, config.deliveryLogLimit, Date.now);
 
-  const analyzer = createAnalyzer(config);
+  const onCatastrophicError = exitOnCatastrophicError(logger, opts.fatal ?? abortProcess);
+  const analyzer = createAnalyzer(config, onCatastrophicError);
   const fetcher = createComponentFetcher({ agent, timeoutMs: config.componentFetchTimeoutMs, maxBytes: config.componentFetchMaxBytes });
   const components = new ComponentService(componentStore, analyzer, fetcher, opts.registryDir);
   const workflows = new WorkflowService(workflowStore, subscriptionStore, events);
@@ -156,6 +165,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     timersQueue,
     now: Date.now,
     randomBytes: ctx.randomBytes,
+    onCatastrophicError,
   });
   const sources = new SourceService(sourceStore, components, subscriptionStore, runtime.lifecycle, {
     publicUrl: config.publicUrl,
@@ -174,13 +184,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     new ResourceUsage(ctx, componentStore, config.limits),
   );
 
-  const purgeUser = async (userId: string) => {
-    for (const id of await sourceStore.ids(userId)) {
-      const s = await sourceStore.get(userId, id);
-      if (s) await sources.delete(userId, s.id).catch((err) => logger.warn({ err, sourceId: id }, "purge: source removal failed"));
-    }
-    await userStore.delete(userId);
-  };
+  const userDeletion = new UserDeletion(userStore, sourceStore, sources, logger);
 
   // Workers.
   const closers: (() => Promise<void>)[] = [];
@@ -280,12 +284,14 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       subscriptions,
       webhooks,
       workflows,
-      purgeUser,
+      purgeUser: (userId: string) => userDeletion.delete(userId),
       ready: async () =>
         redis.status === "ready" &&
         (await redis.ping()) === "PONG" &&
         runtime.running() &&
-        [fanout, deliveryWorker, maintenance].every((part) => part === undefined || part.isRunning()),
+        [fanout, deliveryWorker, maintenance].every((part) => part === undefined || part.isRunning()) &&
+        // Creating components needs the compiler; one that cannot build a trivial component is not ready.
+        (await analyzer.healthy()),
       endpoints: runtime.endpoints,
       v1Modules: [
         eventRoutes({
@@ -335,6 +341,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         Promise.all([fanout?.close(), deliveryWorker?.close(), maintenance?.close(), runtime.close(), ...closers.map((c) => c())]),
       );
       await sender.close();
+      analyzer.close();
       // 3. Close queues.
       await deadline(Promise.all([deliveryQueue.close(), sourceRunQueue.close(), maintenanceQueue.close(), timersQueue.close()]));
       await agent.close().catch(() => {});

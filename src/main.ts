@@ -3,8 +3,9 @@ import { Redis } from "ioredis";
 import pRetry from "p-retry";
 import { ConfigError, loadConfig } from "./config/load.js";
 import type { Config } from "./config/schema.js";
-import { startDaemon } from "./daemon.js";
+import { type Daemon, startDaemon } from "./daemon.js";
 import { createLogger } from "./observability/logger.js";
+import { abortProcess } from "./runtime/fatal.js";
 import { packageVersion, projectRoot } from "./paths.js";
 import { DataDirInUseError, RedisServerMissingError, startEmbeddedRedis, type EmbeddedRedis } from "./redis/embedded.js";
 
@@ -85,21 +86,36 @@ async function main(): Promise<void> {
     },
   );
 
-  const daemon = await startDaemon({ config, logger, redisUrl, registryDir: path.join(root, "registry") });
-
   let stopping = false;
+  let daemon: Daemon | undefined;
+  // A fatal error ends with abort(): process.exit() can wait forever for an isolate's thread
+  // that isolated-vm parked after a catastrophic error (runtime/fatal.ts).
+  let end: (code: number) => void = (code) => process.exit(code);
   const stop = async (signal: string) => {
     if (stopping) return;
     stopping = true;
     logger.info({ signal }, "shutting down");
-    const hard = setTimeout(() => process.exit(1), config.shutdownTimeoutMs * 3);
-    hard.unref();
-    await daemon.close();
+    // Kept referenced: a drain stuck on a promise nothing will settle must still end here.
+    setTimeout(() => end(1), config.shutdownTimeoutMs * 3);
+    await daemon?.close();
     await embedded?.close();
     logger.info("stopped");
     logger.flush?.();
-    process.exit(0);
+    end(0);
   };
+  daemon = await startDaemon({
+    config,
+    logger,
+    redisUrl,
+    registryDir: path.join(root, "registry"),
+    // A fatal error (isolated-vm lost control of an isolate) stops serving and drains as a signal
+    // does, then aborts so the supervisor restarts the process.
+    fatal: () => {
+      // Also ends a shutdown already under way (it calls `end` last).
+      end = abortProcess;
+      void stop("fatal error");
+    },
+  });
   process.on("SIGTERM", () => void stop("SIGTERM"));
   process.on("SIGINT", () => void stop("SIGINT"));
 }

@@ -39,13 +39,6 @@ export class NotFoundError extends AppError {
   }
 }
 
-/** 405: a known path with a method it does not take. */
-export class MethodNotAllowedError extends AppError {
-  constructor(allowed: readonly string[]) {
-    super(405, "method_not_allowed", `method not allowed; allowed: ${allowed.join(", ")}`, { allow: allowed.join(", ") });
-  }
-}
-
 /** 409: the request conflicts with existing state (for example a taken username). */
 export class ConflictError extends AppError {
   constructor(message: string, code = "conflict") {

@@ -1,16 +1,26 @@
 import type { Config } from "../config/schema.js";
 import type { ComponentAnalyzer } from "../services/component-analyzer.js";
-import { loadComponent } from "./component/meta.js";
+import { ComponentCompiler } from "./component/compiler.js";
+import { createMetaSandbox, loadComponent } from "./component/meta.js";
+
+/** The analyzer with the parts its owner needs: a health check for readiness, and close. */
+export interface Analyzer extends ComponentAnalyzer {
+  /** False while the component compiler cannot compile a trivial component. */
+  healthy(): Promise<boolean>;
+  /** Disposes the metadata sandbox's isolates. */
+  close(): void;
+}
 
 /** The management API's view of the sandbox: compile the code, then read its metadata in an isolate. */
-export function createAnalyzer(config: Config): ComponentAnalyzer {
+export function createAnalyzer(config: Config, onCatastrophicError?: (message: string) => void): Analyzer {
+  const compiler = new ComponentCompiler({ allowedPackages: config.sandboxAllowedPackages });
+  const sandbox = createMetaSandbox(Math.min(config.sandboxMemoryMb, 64), onCatastrophicError);
   return {
     async analyze(code: string) {
-      const { meta, compiledCode } = await loadComponent(code, {
-        allowedPackages: config.sandboxAllowedPackages,
-        memoryMb: Math.min(config.sandboxMemoryMb, 64),
-      });
+      const { meta, compiledCode } = await loadComponent(code, { compiler, sandbox });
       return { meta, compiled: compiledCode };
     },
+    healthy: () => compiler.healthy(),
+    close: () => sandbox.close(),
   };
 }

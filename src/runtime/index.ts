@@ -15,7 +15,6 @@ import type { SourceStore } from "../store/sources.js";
 import type { UserStore } from "../store/users.js";
 import { sourceEndpoints } from "./endpoints.js";
 import { RuntimeLifecycle } from "./lifecycle.js";
-import { closeSharedSandboxes } from "./component/meta.js";
 import { Quotas } from "./quotas.js";
 import { RateLimiter } from "./rate-limit.js";
 import { SourceRunner } from "./runner.js";
@@ -45,6 +44,8 @@ export interface RuntimeDeps {
   timersQueue: Queue;
   now: () => number;
   randomBytes: RandomBytes;
+  /** isolated-vm's catastrophic-error signal: logs and ends the process (see fatal.ts). */
+  onCatastrophicError: (message: string) => void;
 }
 
 /** The source runtime (SPEC §5) as the rest of the daemon sees it. */
@@ -85,13 +86,13 @@ export function createRuntime(d: RuntimeDeps): Runtime {
       fetch,
       // Source runs and inline customResponse runs share the pool: never fewer isolates than runs.
       maxIsolates: Math.max(16, config.sourceRunConcurrency * 2),
-      onCatastrophicError: (message) => d.logger.fatal({ message }, "isolated-vm lost control of an isolate"),
+      onCatastrophicError: d.onCatastrophicError,
     },
   );
   // Inline (customResponse) runs get their own isolates; endpoints cap them per source and user.
   const inlineSandbox = new Sandbox(
     { memoryMb: config.sandboxMemoryMb, timeoutMs: config.sandboxTimeoutMs },
-    { fetch, maxIsolates: 16, onCatastrophicError: (message) => d.logger.fatal({ message }, "isolated-vm lost control of an isolate") },
+    { fetch, maxIsolates: 16, onCatastrophicError: d.onCatastrophicError },
   );
   const quotas = new Quotas(d.redis, d.keys, d.users, {
     dailyInvocations: config.freeDailyInvocationsQuota,
@@ -161,7 +162,6 @@ export function createRuntime(d: RuntimeDeps): Runtime {
       await Promise.all([workers?.close(), scheduler?.close()]);
       sandbox.close();
       inlineSandbox.close();
-      closeSharedSandboxes();
     },
   };
 }

@@ -52,10 +52,6 @@ export class TimerScheduler {
     return this.running;
   }
 
-  isLeader(): boolean {
-    return this.leader;
-  }
-
   private async ensureGroup(): Promise<void> {
     await this.d.redis.xgroup("CREATE", this.d.keys.timerControl(), GROUP, "0", "MKSTREAM").catch((err: Error) => {
       if (!/BUSYGROUP/.test(err.message)) throw err;

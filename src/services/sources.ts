@@ -20,13 +20,6 @@ export interface SourceLifecycle {
   removed(source: SourceRecord): Promise<void>;
 }
 
-export const noLifecycle: SourceLifecycle = {
-  prepare: async () => {},
-  committed: async () => {},
-  removing: async () => {},
-  removed: async () => {},
-};
-
 export interface SourceInput extends ComponentSelection {
   name?: unknown;
   configured_props?: unknown;

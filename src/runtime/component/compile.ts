@@ -1,6 +1,7 @@
 import path from "node:path";
-import { build, type Message } from "esbuild";
+import { type BuildOptions, build, type Message, type OutputFile, stop } from "esbuild";
 import { ValidationError } from "../../domain/errors.js";
+import { bracketDepth, MAX_NESTING } from "./nesting.js";
 import { resolvePolicyPlugin } from "./resolve-plugin.js";
 
 /**
@@ -21,10 +22,39 @@ export interface CompileOptions {
 /** Name the component's own code carries in error messages and stack traces. */
 export const COMPONENT_FILENAME = "component.js";
 
-export async function compileComponent(code: string, opts: CompileOptions): Promise<string> {
+/**
+ * The two calls of esbuild's API the compiler uses. esbuild keeps one service process per Node
+ * process; `stop` ends it, and the next `build` starts a new one. A test may stand in a service
+ * that fails on purpose.
+ */
+export interface EsbuildService {
+  build(options: BuildOptions & { write: false }): Promise<{ outputFiles: OutputFile[] }>;
+  stop(): Promise<void>;
+}
+
+export const esbuildService: EsbuildService = { build: (options) => build(options), stop };
+
+/**
+ * True for the rejection of a build whose esbuild service process ended (it crashed, e.g. on a
+ * stack overflow, or was stopped): "The service was stopped" for builds in flight, "The service is
+ * no longer running" for every later one, until `stop()` lets the next build start a new service.
+ */
+export function isServiceStopped(err: unknown): boolean {
+  return err instanceof Error && /^The service (was stopped|is no longer running)/.test(err.message);
+}
+
+/**
+ * One build. Throws ValidationError for code that is not a component; an esbuild service that
+ * stopped surfaces as its own error (see isServiceStopped), which ComponentCompiler handles.
+ */
+export async function compileComponent(code: string, opts: CompileOptions, service: EsbuildService = esbuildService): Promise<string> {
+  const depth = bracketDepth(code, MAX_NESTING);
+  if (depth > MAX_NESTING) {
+    throw new ValidationError(`component_code nests brackets more than ${MAX_NESTING} levels deep`);
+  }
   const resolveDir = path.resolve(opts.resolveDir ?? process.cwd());
   try {
-    const result = await build({
+    const result = await service.build({
       stdin: { contents: code, sourcefile: COMPONENT_FILENAME, resolveDir, loader: "js" },
       bundle: true,
       format: "cjs",

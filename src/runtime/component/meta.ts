@@ -1,7 +1,6 @@
 import { ValidationError } from "../../domain/errors.js";
 import { normalizeProps, type PropDefinition } from "../../domain/props.js";
 import { Sandbox } from "../sandbox/sandbox.js";
-import { compileComponent } from "./compile.js";
 
 /**
  * Reads a component's metadata by evaluating its code in the sandbox, never in the daemon's realm
@@ -30,17 +29,14 @@ export const DEFAULT_VERSION = "0.0.1";
 export const DEFAULT_META_TIMEOUT_MS = 1000;
 
 export interface MetaLimits {
-  /** Memory limit of the isolate the code is loaded in (SANDBOX_MEMORY_MB). */
-  memoryMb: number;
+  /** The sandbox the code is loaded in (see createMetaSandbox); its owner closes it. */
+  sandbox: Sandbox;
   timeoutMs?: number;
-  /** A sandbox to borrow isolates from; by default one shared sandbox per memory limit. */
-  sandbox?: Sandbox;
 }
 
 export interface LoadOptions extends MetaLimits {
-  allowedPackages: readonly string[];
-  /** See CompileOptions.resolveDir. */
-  resolveDir?: string;
+  /** Turns source into the sandbox's script (a ComponentCompiler). */
+  compiler: { compile(code: string): Promise<string> };
 }
 
 export interface LoadedComponent {
@@ -52,14 +48,13 @@ export interface LoadedComponent {
 /** Compiles component source and reads its metadata; the compiled code is kept for runs. */
 export async function loadComponent(code: string, opts: LoadOptions): Promise<LoadedComponent> {
   if (typeof code !== "string" || code.trim() === "") throw new ValidationError("component code is empty");
-  const compiledCode = await compileComponent(code, { allowedPackages: opts.allowedPackages, resolveDir: opts.resolveDir });
+  const compiledCode = await opts.compiler.compile(code);
   return { meta: await readComponentMeta(compiledCode, opts), compiledCode };
 }
 
 /** Reads the metadata of compiled code (compileComponent's output) in a fresh sandbox context. */
 export async function readComponentMeta(compiledCode: string, limits: MetaLimits): Promise<ComponentMeta> {
-  const sandbox = limits.sandbox ?? sharedSandbox(limits.memoryMb);
-  const result = await sandbox.inspect(compiledCode, limits.timeoutMs ?? DEFAULT_META_TIMEOUT_MS);
+  const result = await limits.sandbox.inspect(compiledCode, limits.timeoutMs ?? DEFAULT_META_TIMEOUT_MS);
   if (!result.ok) throw new ValidationError(`invalid component: ${result.reason}`);
   return toMeta(result.component);
 }
@@ -95,22 +90,10 @@ function optionalString(value: unknown, field: string): string | null {
 }
 
 /**
- * One sandbox per memory limit, created on first use (never at import) and kept for the life of
- * the process, so reading metadata reuses warm isolates. `closeSharedSandboxes` is for shutdown.
+ * The sandbox metadata is read in. Its owner (the analyzer) keeps it for its own life, so reading
+ * metadata reuses warm isolates, and closes it at shutdown.
  */
-const shared = new Map<number, Sandbox>();
-
-function sharedSandbox(memoryMb: number): Sandbox {
-  let sandbox = shared.get(memoryMb);
-  if (!sandbox) {
-    // The run time limit does not apply to inspect(), which takes its own; any value will do.
-    sandbox = new Sandbox({ memoryMb, timeoutMs: DEFAULT_META_TIMEOUT_MS }, { maxIdleIsolates: 2 });
-    shared.set(memoryMb, sandbox);
-  }
-  return sandbox;
-}
-
-export function closeSharedSandboxes(): void {
-  for (const sandbox of shared.values()) sandbox.close();
-  shared.clear();
+export function createMetaSandbox(memoryMb: number, onCatastrophicError?: (message: string) => void): Sandbox {
+  // The run time limit does not apply to inspect(), which takes its own; any value will do.
+  return new Sandbox({ memoryMb, timeoutMs: DEFAULT_META_TIMEOUT_MS }, { maxIdleIsolates: 2, onCatastrophicError });
 }

@@ -222,6 +222,29 @@ describe("POST /components", () => {
   });
 });
 
+describe("code that would break the compiler", () => {
+  /** A component whose run() returns `expr`: about 500 KB, under the default body limit. */
+  const wrap = (expr: string) => `module.exports = { name: "deep", run() { return ${expr}; } };`;
+
+  it("answers 400 to 500 KB of nested brackets, and the next create and /readyz still work", async () => {
+    const u = await td.createUser();
+    const res = await u.api.post("/v1/components", { json: { component_code: wrap("[".repeat(250_000) + "]".repeat(250_000)) } });
+    expectError(res, 400, /nest/i);
+    expectStatus(await u.api.post("/v1/components", { json: { component_code: uniqueComponent() } }), 200);
+    expectStatus(await client(td.url).get("/readyz"), 200);
+  });
+
+  it("answers 400 to code that stops the compiler, and restarts it for the next create", async () => {
+    // A member chain is not bracket nesting, but esbuild's parser recurses once per link: 250,000
+    // links overflow its stack and end its service process. This checks the backstop, not the pre-check.
+    const u = await td.createUser();
+    const res = await u.api.post("/v1/components", { json: { component_code: wrap(`a${".b".repeat(250_000)}`) } });
+    expectError(res, 400, /could not be compiled/);
+    expectStatus(await u.api.post("/v1/components", { json: { component_code: uniqueComponent() } }), 200);
+    expectStatus(await client(td.url).get("/readyz"), 200);
+  }, 60_000);
+});
+
 describe("GET /components/{key|id}", () => {
   it("returns a saved component by id and by key", async () => {
     const u = await td.createUser();

@@ -1,7 +1,8 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { ValidationError } from "../../../src/domain/errors.js";
 import { compileComponent } from "../../../src/runtime/component/compile.js";
-import { closeSharedSandboxes, loadComponent, readComponentMeta } from "../../../src/runtime/component/meta.js";
+import { ComponentCompiler } from "../../../src/runtime/component/compiler.js";
+import { createMetaSandbox, loadComponent, readComponentMeta } from "../../../src/runtime/component/meta.js";
 import { Sandbox } from "../../../src/runtime/sandbox/sandbox.js";
 
 // Metadata of the conformance fixtures (copied from /work/shared/conformance/fixtures.mjs).
@@ -58,8 +59,8 @@ const REQUIRED_PROP = `module.exports = {
 };
 `;
 
-const opts = { allowedPackages: ["@pipedream/platform"], memoryMb: 32 };
-afterAll(() => closeSharedSandboxes());
+const opts = { compiler: new ComponentCompiler({ allowedPackages: ["@pipedream/platform"] }), sandbox: createMetaSandbox(32) };
+afterAll(() => opts.sandbox.close());
 
 describe("loadComponent", () => {
   it("reads the timer fixture", async () => {
@@ -165,12 +166,12 @@ describe("loadComponent", () => {
 });
 
 describe("readComponentMeta", () => {
-  it("reads compiled code, optionally in a caller's sandbox", async () => {
+  it("reads compiled code in the caller's sandbox", async () => {
     const compiled = await compileComponent(HTTP_ESM, { allowedPackages: [] });
     const sandbox = new Sandbox({ memoryMb: 32, timeoutMs: 1000 });
     try {
-      expect((await readComponentMeta(compiled, { memoryMb: 32, sandbox })).name).toBe("Conformance HTTP");
-      expect((await readComponentMeta(compiled, { memoryMb: 32, timeoutMs: 500 })).key).toBe("conformance-http");
+      expect((await readComponentMeta(compiled, { sandbox })).name).toBe("Conformance HTTP");
+      expect((await readComponentMeta(compiled, { sandbox, timeoutMs: 500 })).key).toBe("conformance-http");
     } finally {
       sandbox.close();
     }

@@ -1,0 +1,122 @@
+import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { Redis } from "ioredis";
+import { pino } from "pino";
+import { ConfigError, loadConfig } from "../config/load.js";
+import { AppError } from "../domain/errors.js";
+import { projectRoot } from "../paths.js";
+import { embeddedUrlFile } from "../redis/embedded.js";
+import { parseNewUser } from "../services/users.js";
+import type { StoreContext } from "../store/context.js";
+import { createKeys } from "../store/keys.js";
+import { UserStore } from "../store/users.js";
+import { createCliDeletion } from "./deletion.js";
+
+const USAGE = `usage: tributary users <command>
+  users create --username NAME --email EMAIL [--plan free|paid]   prints the new user and its API key
+  users list                                                      lists users
+  users rotate-key USER_ID                                        issues a new key; the old one stops working
+  users delete USER_ID                                            removes the user and all their data, as the admin API does
+                                                                  (sources' deactivate hooks run here; timers stop)
+
+Reads REDIS_URL (or the embedded Redis of a daemon started from this folder) and REDIS_KEY_PREFIX.`;
+
+export interface CliIo {
+  stdout(text: string): void;
+  stderr(text: string): void;
+}
+
+export interface CliOptions {
+  /** Where registry components live (default: the project's registry folder). */
+  registryDir?: string;
+  /** Ends the process after isolated-vm's catastrophic error (default abort). */
+  fatal?: () => void;
+}
+
+/**
+ * Operator CLI (SPEC §4): the admin API's user commands, straight against Redis, no token needed.
+ * Returns the exit code; main.ts is the process around it.
+ */
+export async function runCli(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliOptions = {}): Promise<number> {
+  try {
+    return await run(argv, env, io, opts);
+  } catch (err) {
+    const message = err instanceof AppError || err instanceof ConfigError ? err.message : String((err as Error)?.message ?? err);
+    io.stderr(`tributary: ${message}\n`);
+    return 1;
+  }
+}
+
+async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliOptions): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: { username: { type: "string" }, email: { type: "string" }, plan: { type: "string" }, help: { type: "boolean", short: "h" } },
+  });
+  const [group, command, arg] = positionals;
+  if (values.help || group !== "users" || !command) {
+    io.stdout(`${USAGE}\n`);
+    return values.help ? 0 : 2;
+  }
+  const config = loadConfig(env);
+  const url = config.redisUrl ?? readEmbeddedUrl(config.dataDir);
+  if (!url) {
+    io.stderr("tributary: set REDIS_URL (no embedded Redis of a running daemon was found under DATA_DIR)\n");
+    return 1;
+  }
+  const print = (value: unknown) => io.stdout(`${JSON.stringify(value, null, 2)}\n`);
+  const redis = new Redis(url, { maxRetriesPerRequest: 2 });
+  const ctx: StoreContext = { redis, keys: createKeys(config.keyPrefix), now: Date.now, randomBytes: (n) => randomBytes(n) };
+  const users = new UserStore(ctx);
+  try {
+    switch (command) {
+      case "create": {
+        const { user, apiKey } = await users.create(
+          parseNewUser({ username: values.username, email: values.email, plan: values.plan ?? "free" }),
+        );
+        print({ id: user.id, username: user.username, email: user.email, plan: user.plan, api_key: apiKey });
+        return 0;
+      }
+      case "list":
+        print((await users.list()).map((u) => ({ id: u.id, username: u.username, email: u.email, plan: u.plan })));
+        return 0;
+      case "rotate-key":
+        print({ id: arg, api_key: await users.rotateKey(required(arg)) });
+        return 0;
+      case "delete": {
+        const id = required(arg);
+        // Logs go to stderr: stdout carries the command's JSON answer.
+        const logger = pino({ level: config.logLevel, base: { service: "tributary-cli" } }, pino.destination(2));
+        const registryDir = opts.registryDir ?? path.join(projectRoot(), "registry");
+        const cli = createCliDeletion({ config, redis, ctx, users, logger, registryDir, fatal: opts.fatal });
+        try {
+          await cli.deletion.delete(id);
+        } finally {
+          await cli.close();
+        }
+        print({ id, deleted: true });
+        return 0;
+      }
+      default:
+        io.stdout(`${USAGE}\n`);
+        return 2;
+    }
+  } finally {
+    redis.disconnect();
+  }
+}
+
+function required(id: string | undefined): string {
+  if (!id) throw new AppError(400, "invalid_parameter", "USER_ID is required");
+  return id;
+}
+
+function readEmbeddedUrl(dataDir: string): string | undefined {
+  try {
+    return readFileSync(embeddedUrlFile(path.resolve(dataDir, "redis")), "utf8").trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
