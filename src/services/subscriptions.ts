@@ -1,3 +1,4 @@
+import { channelNameProblem } from "../domain/emit-rules.js";
 import { NotFoundError, ValidationError } from "../domain/errors.js";
 import { hasIdShape, isWorkflowId } from "../domain/ids.js";
 import type { SourceStore } from "../store/sources.js";
@@ -14,8 +15,8 @@ export function parseEventName(raw: unknown, { required }: { required: boolean }
     return "";
   }
   if (typeof raw !== "string") throw new ValidationError("event_name must be a string");
-  if (raw.length > 200) throw new ValidationError("event_name must be at most 200 characters");
-  if (/[\u0000-\u001f\u007f]/.test(raw)) throw new ValidationError("event_name must not contain control characters");
+  const problem = channelNameProblem(raw);
+  if (problem) throw new ValidationError(`event_name ${problem}`);
   return raw;
 }
 
