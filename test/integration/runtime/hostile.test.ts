@@ -109,18 +109,26 @@ describe("runaway runs", () => {
   });
 
   it("stops a memory hog with MEMORY_LIMIT and answers 502 to its custom response", async () => {
-    const u = await td.createUser();
-    const queued = await createSource(u.api, httpSource("Hog", HOG));
-    expectStatus(await anon().post(queued.configured_props.http.endpoint_url, { json: {} }), 200);
-    const err = await firstError(u.api, queued.id);
-    expect(err.error.code).toBe("MEMORY_LIMIT");
-    expect(err.error.msg).toContain("16 MB");
+    // A daemon whose time limit the hog cannot reach first: with a busy CPU, filling 16 MB can
+    // take longer than this file's 500 ms, and TIMEOUT would then be the right verdict.
+    const roomy = await startTestDaemon({ SANDBOX_TIMEOUT_MS: "10000", SANDBOX_MEMORY_MB: "16" });
+    try {
+      const u = await roomy.createUser();
+      const http = client(roomy.url);
+      const queued = await createSource(u.api, httpSource("Hog", HOG));
+      expectStatus(await http.post(queued.configured_props.http.endpoint_url, { json: {} }), 200);
+      const err = await firstError(u.api, queued.id);
+      expect(err.error.code).toBe("MEMORY_LIMIT");
+      expect(err.error.msg).toContain("16 MB");
 
-    const inline = await createSource(u.api, httpSource("Hog inline", HOG, true));
-    const res = await anon().post(inline.configured_props.http.endpoint_url, { json: {} });
-    expectStatus(res, 502);
-    expect(res.body.error).toMatch(/MEMORY_LIMIT/);
-    expect((await firstError(u.api, inline.id)).error.code).toBe("MEMORY_LIMIT");
+      const inline = await createSource(u.api, httpSource("Hog inline", HOG, true));
+      const res = await http.post(inline.configured_props.http.endpoint_url, { json: {} });
+      expectStatus(res, 502);
+      expect(res.body.error).toMatch(/MEMORY_LIMIT/);
+      expect((await firstError(u.api, inline.id)).error.code).toBe("MEMORY_LIMIT");
+    } finally {
+      await roomy.close();
+    }
   });
 
   it("stops a run whose promise never settles, queued or inline", async () => {
