@@ -171,7 +171,8 @@ function $emit(event, meta) {
   if (text.length > limits.maxEventBytes) {
     throw new Error("$emit: the event is at least " + text.length + " bytes as JSON; the limit is " + limits.maxEventBytes);
   }
-  const metaJson = stringify(emitMeta(meta));
+  // Bounded although its fields are: a component can give Object.prototype a toJSON.
+  const metaJson = bounded(stringify(emitMeta(meta)), K.maxEmitMetaLength, "$emit: the metadata is too large");
   if (text.length + metaJson.length > emitBudget) {
     throw new Error("$emit: a run may emit at most " + limits.maxEventBytes * K.emitBudgetEvents + " bytes (events and metadata as JSON)");
   }

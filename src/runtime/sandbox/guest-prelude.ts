@@ -86,7 +86,8 @@ let droppedLogs = 0;
 function log(kind, args) {
   if (!consoleOn) return;
   if (logLines >= limits.maxLogLinesPerRun) {
-    if (++droppedLogs === 1) host("logsDropped", droppedLogs);
+    // The count so far, now and then: a run that times out never reports its final count.
+    if (++droppedLogs === 1 || droppedLogs % 100 === 0) host("logsDropped", droppedLogs);
     return;
   }
   logLines++;

@@ -177,6 +177,7 @@ export class HostBridge {
   private emit(json: unknown, metaJson: unknown): number {
     const { maxEmitsPerRun, maxEventBytes } = this.opts.limits;
     if (typeof json !== "string" || typeof metaJson !== "string") throw new Error("$emit: invalid arguments");
+    if (metaJson.length > CROSSING_LIMITS.maxEmitMetaLength) throw new Error("$emit: the metadata is too large");
     if (this.emits.length >= maxEmitsPerRun) throw new Error(`$emit: at most ${maxEmitsPerRun} events per run`);
     const bytes = Buffer.byteLength(json);
     if (bytes > maxEventBytes) throw new Error(`$emit: the event is ${bytes} bytes as JSON; the limit is ${maxEventBytes}`);

@@ -48,6 +48,8 @@ export const CROSSING_LIMITS = {
   maxPendingTimers: 1000,
   /** Longest `fetch` URL. */
   maxUrlLength: 16 * 1024,
+  /** Largest `$emit` metadata as JSON (its fields have their own limits; escapes make it longer). */
+  maxEmitMetaLength: 128 * 1024,
   /** Largest header list of a `fetch` or `http.respond`, as JSON. */
   maxHeadersLength: 64 * 1024,
   /** Longest error code, message and stack of a failed run. */

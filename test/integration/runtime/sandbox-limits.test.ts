@@ -109,6 +109,29 @@ describe("what a run hands to the host", () => {
     expect(r.emits.map((e) => e.event)).toEqual([["$emit: the event is at least 20000002 bytes as JSON; the limit is 1048576"]]);
   });
 
+  it("holds its limits when the component replaces the built-ins they use", async () => {
+    const before = performance.eventLoopUtilization();
+    const r = await run(`const big = "y".repeat(8e6);
+      String.prototype.slice = () => big;
+      String.prototype.substring = () => big;
+      Array.prototype.join = () => big;
+      Object.prototype.toJSON = () => big;
+      const caught = [];
+      for (let i = 0; i < 20; i++) {
+        console.log("a".repeat(100000));
+        try { this.$emit(i, { summary: "s" }); } catch (e) { caught.push(e.message); }
+      }
+      delete Object.prototype.toJSON;
+      this.$emit([...new Set(caught)]);
+      throw new Error("z".repeat(1e6));`);
+    const busy = performance.eventLoopUtilization(before).active;
+    expect(r.emits.map((e) => e.event)).toEqual([["$emit: the metadata is too large"]]);
+    expect(r.logs).toHaveLength(20);
+    for (const l of r.logs) expect(l.msg.length).toBeLessThan(16 * 1024 + 64);
+    expect(r.error?.msg.length).toBeLessThanOrEqual(4 * 1024 + 1);
+    expect(busy, `the daemon's event loop was busy for ${Math.round(busy)} ms`).toBeLessThan(500);
+  });
+
   it("cuts a huge error message and stack in the guest", async () => {
     const r = await run(`throw new Error("e".repeat(20e6));`);
     expect(r.error?.code).toBe("Error");
