@@ -1,5 +1,6 @@
 import ivm from "isolated-vm";
 import { checkEmitMeta, parseShallow } from "./emit-check.js";
+import { GuestWake } from "./guest-wake.js";
 import {
   CROSSING_LIMITS,
   DB_WRITE_BUDGET_STATES,
@@ -80,13 +81,7 @@ export class HostBridge {
   private readonly abort = new AbortController();
   private entries: GuestEntries | undefined;
   private closed = false;
-  /** The one pending wake-up of the guest's timers, and when it is due (epoch ms). */
-  private wakeTimer: NodeJS.Timeout | undefined;
-  private wakeAt = Number.POSITIVE_INFINITY;
-  /** While a tick runs, wake-ups asked for are kept here and armed when it ends. */
-  private ticking = false;
-  private wakeAfterTick = Number.POSITIVE_INFINITY;
-  private ticks = 0;
+  private readonly wake: GuestWake;
 
   constructor(private readonly opts: HostBridgeOptions) {
     for (const [key, value] of Object.entries(opts.db)) {
@@ -95,6 +90,13 @@ export class HostBridge {
       this.state.set(key, json);
       this.stateBytes += key.length + json.length;
     }
+    const maxFirings = opts.limits.maxTimerFiringsPerRun;
+    this.wake = new GuestWake({
+      maxTicks: maxFirings,
+      tick: async () => this.entries?.tick() ?? -1,
+      onLimit: () => opts.onFault(new RunLimitError("TIMER_LIMIT", timerLimitMessage(maxFirings))),
+      onFault: opts.onFault,
+    });
     this.callback = new ivm.Callback((op: unknown, a: unknown, b: unknown, c: unknown, d: unknown, e: unknown) =>
       this.handle(op, a, b, c, d, e),
     );
@@ -109,8 +111,7 @@ export class HostBridge {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    clearTimeout(this.wakeTimer);
-    this.wakeTimer = undefined;
+    this.wake.close();
     this.abort.abort();
   }
 
@@ -147,7 +148,7 @@ export class HostBridge {
         case "fetch":
           return ["ok", this.startFetch(a, b, c, d, e)];
         case "wake":
-          return ["ok", this.wake(Number(a))];
+          return ["ok", this.wake.request(Number(a))];
         default:
           return ["err", "unknown host operation"];
       }
@@ -267,51 +268,6 @@ export class HostBridge {
         },
         (err: unknown) => this.settleGuest(Number(id), false, err instanceof Error ? err.message : String(err)),
       );
-  }
-
-  /**
-   * The guest asks to be woken `delayMs` from now to run its timers. One wake-up is pending at a
-   * time, the earliest asked for; a request for a later time changes nothing.
-   */
-  private wake(delayMs: number): void {
-    if (this.closed) return;
-    const at = Date.now() + Math.min(Math.max(0, delayMs || 0), 2 ** 31 - 1);
-    if (this.ticking) {
-      this.wakeAfterTick = Math.min(this.wakeAfterTick, at);
-      return;
-    }
-    if (this.wakeTimer !== undefined && this.wakeAt <= at) return;
-    clearTimeout(this.wakeTimer);
-    this.wakeAt = at;
-    this.wakeTimer = setTimeout(() => void this.tick(), Math.max(0, at - Date.now()));
-    this.wakeTimer.unref();
-  }
-
-  /** One entry into the guest that fires every due timer, then the next wake-up. */
-  private async tick(): Promise<void> {
-    this.wakeTimer = undefined;
-    this.wakeAt = Number.POSITIVE_INFINITY;
-    if (this.closed || !this.entries) return;
-    const max = this.opts.limits.maxTimerFiringsPerRun;
-    // The guest counts its firings too; this count holds even if guest code broke the prelude's.
-    if (++this.ticks > max) {
-      this.opts.onFault(new RunLimitError("TIMER_LIMIT", timerLimitMessage(max)));
-      return;
-    }
-    this.ticking = true;
-    let next: unknown;
-    try {
-      next = await this.entries.tick();
-    } catch (err) {
-      if (!this.closed) this.opts.onFault(err);
-      return;
-    } finally {
-      this.ticking = false;
-    }
-    let at = this.wakeAfterTick;
-    this.wakeAfterTick = Number.POSITIVE_INFINITY;
-    if (typeof next === "number" && next >= 0) at = Math.min(at, Date.now() + next);
-    if (at !== Number.POSITIVE_INFINITY) this.wake(at - Date.now());
   }
 
   private async settleGuest(id: number, ok: boolean, value: unknown): Promise<void> {
