@@ -1,4 +1,5 @@
 import { channelNameProblem } from "../domain/channel-name.js";
+import { MAX_EMIT_ID_LENGTH, MAX_SUMMARY_LENGTH } from "../domain/emit-rules.js";
 import { ValidationError } from "../domain/errors.js";
 import { newId, type RandomBytes } from "../domain/ids.js";
 import type { Metrics } from "../observability/metrics.js";
@@ -34,13 +35,14 @@ export function parseEmit(raw: unknown, where = ""): EmitInput {
   if (!("event" in raw) || raw.event === undefined) throw new ValidationError(`${where}event is required`);
   const meta: EmitMeta = {};
   if (raw.id !== undefined && raw.id !== null) {
-    if (typeof raw.id === "string" ? raw.id.length > 1000 : typeof raw.id !== "number" || !Number.isFinite(raw.id)) {
+    if (typeof raw.id === "string" ? raw.id.length > MAX_EMIT_ID_LENGTH : typeof raw.id !== "number" || !Number.isFinite(raw.id)) {
       throw new ValidationError(`${where}id must be a string or a number`);
     }
     meta.id = raw.id as string | number;
   }
   if (raw.summary !== undefined && raw.summary !== null) {
-    if (typeof raw.summary !== "string" || raw.summary.length > 10_000) throw new ValidationError(`${where}summary must be a string`);
+    if (typeof raw.summary !== "string" || raw.summary.length > MAX_SUMMARY_LENGTH)
+      throw new ValidationError(`${where}summary must be a string`);
     meta.summary = raw.summary;
   }
   if (raw.ts !== undefined && raw.ts !== null) {

@@ -32,7 +32,9 @@ export function parseBody(raw: string, contentType: string): unknown {
   if (raw === "") return raw;
   const type = contentType.split(";")[0]?.trim().toLowerCase() ?? "";
   if (type === "application/x-www-form-urlencoded") {
-    const form: Record<string, string | string[]> = {};
+    // No prototype: fields named `constructor`, `toString` or `__proto__` are plain data, not
+    // inherited members (`form.constructor` was Object, and the run failed to clone it).
+    const form: Record<string, string | string[]> = Object.create(null);
     for (const [k, v] of new URLSearchParams(raw)) {
       const prev = form[k];
       form[k] = prev === undefined ? v : Array.isArray(prev) ? [...prev, v] : [prev, v];
@@ -52,7 +54,8 @@ export function parseBody(raw: string, contentType: string): unknown {
 }
 
 export function lowerCaseHeaders(headers: IncomingMessage["headers"]): Record<string, string> {
-  const out: Record<string, string> = {};
+  // No prototype, as for forms: a header named `__proto__` is a header.
+  const out: Record<string, string> = Object.create(null);
   for (const [k, v] of Object.entries(headers)) if (v !== undefined) out[k.toLowerCase()] = Array.isArray(v) ? v.join(", ") : v;
   return out;
 }

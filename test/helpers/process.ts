@@ -113,6 +113,20 @@ export function spawnDaemon(name: string, env: Record<string, string>): DaemonCh
   return { ...tracked, roles: env.ROLES ?? "api,worker,scheduler", url: `http://127.0.0.1:${env.PORT ?? "3000"}` };
 }
 
+/**
+ * Runs a TypeScript file of this project in its own Node process (`node --no-node-snapshot
+ * --import tsx <script>`), so that a crash there (a signal) shows as the child's exit status
+ * instead of taking the test worker down.
+ */
+export function spawnScript(name: string, script: string, env: Record<string, string>): Child {
+  const child = spawn(process.execPath, ["--no-node-snapshot", "--import", "tsx", script], {
+    cwd: PROJECT_ROOT,
+    env: { ...baseEnv(), ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  return track(name, child);
+}
+
 /** Waits until `GET /readyz` answers 200; fails at once, with the child's logs, if it exits first. */
 export async function waitForReady(d: DaemonChild, timeoutMs = 30_000): Promise<void> {
   await waitFor(

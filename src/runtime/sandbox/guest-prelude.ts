@@ -1,5 +1,9 @@
+import { MAX_CHANNEL_NAME_LENGTH, MAX_EMIT_ID_LENGTH, MAX_SUMMARY_LENGTH } from "../../domain/emit-rules.js";
 import { GUEST_COMPONENT_SOURCE } from "./guest-component.js";
 import { GUEST_FORMAT_SOURCE } from "./guest-format.js";
+import { GUEST_MEMORY_SOURCE } from "./guest-memory.js";
+import { GUEST_TIMERS_SOURCE } from "./guest-timers.js";
+import { CROSSING_LIMITS, DB_WRITE_BUDGET_STATES, DEFAULT_LIMITS, EMIT_BUDGET_EVENTS } from "./types.js";
 
 /**
  * Guest code run first in every fresh context, as the body of a function `($0) => dispatch`
@@ -9,42 +13,99 @@ import { GUEST_FORMAT_SOURCE } from "./guest-format.js";
  *
  * - `dispatch("load", factory)` evaluates the component module and describes it (metadata read);
  * - `dispatch("run", factory, payload)` runs `run(event)` or a hook; resolves with null or an error;
- * - `dispatch("settle", id, ok, value)` completes a pending `fetch` or fires a timer.
+ * - `dispatch("settle", id, ok, value)` completes a pending `fetch`;
+ * - `dispatch("tick")` fires the timers that are due (guest-timers.ts).
  *
  * `$0` and `dispatch` live only in this closure: no isolated-vm object and no host function is
  * ever reachable from component code, which sees only guest functions that call into them.
  * Host calls answer `["ok", value]` or `["err", message]`, so a host exception (and its host
  * stack trace) never crosses into the guest.
+ *
+ * Everything this code passes to the host is cut to its limit here first: the host receives a
+ * copy of every argument before it can look at it. The checks use intrinsics captured below,
+ * before any component code runs, and string lengths (which no component can redefine), so a
+ * component that replaces `String.prototype.slice` or `JSON.stringify` cannot get past them.
  */
+
+/** Constants the guest needs, from the host's own definitions. */
+const GUEST_CONSTANTS = {
+  ...CROSSING_LIMITS,
+  // Only a bound on what crosses: the host applies the rules (domain/emit-rules.ts) and refuses.
+  maxChannelName: MAX_CHANNEL_NAME_LENGTH,
+  maxSummary: MAX_SUMMARY_LENGTH,
+  maxEmitId: MAX_EMIT_ID_LENGTH,
+  emitBudgetEvents: EMIT_BUDGET_EVENTS,
+  dbWriteBudgetStates: DB_WRITE_BUDGET_STATES,
+};
+
 export const GUEST_PRELUDE_SOURCE =
   `"use strict";
 const hostCallback = $0;
+const K = ${JSON.stringify(GUEST_CONSTANTS)};
+// The run's limits (types.ts); runComponent replaces them with the sandbox's own.
+let limits = ${JSON.stringify(DEFAULT_LIMITS)};
 function host(op, a, b, c, d, e) {
   const r = hostCallback(op, a, b, c, d, e);
   if (r[0] === "err") throw new Error(r[1]);
   return r[1];
 }
+const uncurry = (f) => Function.prototype.call.bind(f);
+const stringSlice = uncurry(String.prototype.slice);
 const stringify = JSON.stringify;
 const parse = JSON.parse;
+const dateNow = Date.now;
+const dateParse = Date.parse;
+const isFiniteNumber = Number.isFinite;
+const mapGet = uncurry(Map.prototype.get);
+const mapSet = uncurry(Map.prototype.set);
+const mapHas = uncurry(Map.prototype.has);
+const mapDelete = uncurry(Map.prototype.delete);
+/** At most max characters of text (a string), with a note of what was cut. */
+function cut(text, max) {
+  if (text.length <= max) return text;
+  return stringSlice(text, 0, max) + "… [" + (text.length - max) + " more characters]";
+}
+/** A string of at most max characters: longer ones are refused with message. */
+function bounded(text, max, message) {
+  if (typeof text !== "string") throw new TypeError(message);
+  if (text.length > max) throw new RangeError(message);
+  return text;
+}
 ` +
   GUEST_FORMAT_SOURCE +
+  GUEST_MEMORY_SOURCE +
   String.raw`
-// Memory outside the V8 heap (wasm memories, shared buffers) escapes the isolate's accounting, and
-// Atomics.wait could park the isolate's thread; no component needs them.
-delete globalThis.WebAssembly;
-delete globalThis.SharedArrayBuffer;
-delete globalThis.Atomics;
 globalThis.global = globalThis;
 globalThis.process = { env: {} };
 
+// Console output is discarded while a component is only loaded (metadata read); runComponent
+// turns it on. Past the line limit nothing crosses: the host only learns how many were dropped.
+let consoleOn = false;
+let logLines = 0;
+let droppedLogs = 0;
+function log(kind, args) {
+  if (!consoleOn) return;
+  if (logLines >= limits.maxLogLinesPerRun) {
+    // The count so far, now and then: a run that times out never reports its final count.
+    if (++droppedLogs === 1 || droppedLogs % 100 === 0) host("logsDropped", droppedLogs);
+    return;
+  }
+  logLines++;
+  const text = formatArgs(args);
+  host("log", kind, cut(typeof text === "string" ? text : "[unprintable console arguments]", limits.maxLogLineBytes));
+}
+/** Tells the host the final count of dropped console lines (called when the run ends). */
+function reportDroppedLogs() {
+  if (droppedLogs > 1) host("logsDropped", droppedLogs);
+}
 const consoleObject = {};
 for (const kind of ["log", "info", "warn", "error", "debug"]) {
-  consoleObject[kind] = function () { host("log", "console." + kind, formatArgs(arguments)); };
+  consoleObject[kind] = function () { log("console." + kind, arguments); };
 }
 consoleObject.trace = consoleObject.debug;
 consoleObject.dir = consoleObject.log;
 consoleObject.table = consoleObject.log;
-consoleObject.assert = function (ok, ...rest) { if (!ok) host("log", "console.error", "Assertion failed" + (rest.length ? ": " + formatArgs(rest) : "")); };
+consoleObject.assert = function (ok, ...rest) { if (!ok) log("console.error", ["Assertion failed" + (rest.length ? ": " + formatArgs(rest) : "")]); };
 const counts = new Map();
 const timings = new Map();
 consoleObject.count = (label = "default") => { const n = (counts.get(label) || 0) + 1; counts.set(label, n); consoleObject.info(label + ": " + n); };
@@ -56,10 +117,9 @@ consoleObject.timeLog = consoleObject.timeEnd = function (label = "default") {
 consoleObject.group = consoleObject.groupCollapsed = consoleObject.groupEnd = () => {};
 globalThis.console = consoleObject;
 
-// Settled by the host: fetch results and timer firings, keyed by ids the guest chooses.
+// Fetch results are settled by the host, keyed by ids the guest chooses.
 let nextId = 1;
 const pendingFetches = new Map();
-const timers = new Map();
 let failRun = () => {};
 
 function headerPairs(h) {
@@ -69,6 +129,9 @@ function headerPairs(h) {
   else if (typeof h.forEach === "function" && typeof h.get === "function") h.forEach((v, k) => pairs.push([String(k), String(v)]));
   else for (const k of Object.keys(h)) if (h[k] !== undefined) pairs.push([k, String(h[k])]);
   return pairs;
+}
+function headersJson(h, what) {
+  return bounded(stringify(headerPairs(h)), K.maxHeadersLength, what + ": the headers are larger than " + K.maxHeadersLength + " characters");
 }
 
 function bytesOf(body) {
@@ -106,11 +169,13 @@ function makeResponse(url, r) {
 globalThis.fetch = function fetch(input, init) {
   try {
     init = init || {};
-    const url = typeof input === "string" ? input : input && typeof input.url === "string" ? input.url : String(input);
-    const method = String(init.method || (input && typeof input === "object" && input.method) || "GET").toUpperCase();
+    const url = bounded(typeof input === "string" ? input : input && typeof input.url === "string" ? input.url : String(input),
+      K.maxUrlLength, "fetch: the URL is too long");
+    const method = bounded(String(init.method || (input && typeof input === "object" && input.method) || "GET").toUpperCase(),
+      64, "fetch: the method is too long");
     const body = init.body === undefined || init.body === null ? undefined : typeof init.body === "string" ? init.body : bytesOf(init.body) || String(init.body);
     const id = nextId++;
-    host("fetch", id, url, method, stringify(headerPairs(init.headers)), body);
+    host("fetch", id, url, method, headersJson(init.headers, "fetch"), body);
     return new Promise((resolve, reject) => {
       pendingFetches.set(id, { resolve: (r) => resolve(makeResponse(url, r)), reject: (msg) => reject(new TypeError("fetch failed: " + msg)) });
     });
@@ -119,37 +184,11 @@ globalThis.fetch = function fetch(input, init) {
   }
 };
 
-function startTimer(fn, ms, args, repeat) {
-  if (typeof fn !== "function") throw new TypeError("the callback must be a function");
-  const delay = Math.max(repeat ? 1 : 0, Number(ms) || 0);
-  const id = nextId++;
-  timers.set(id, { fn, args, repeat, delay });
-  host("timer", id, delay);
-  return id;
-}
-function clearTimer(id) {
-  if (timers.delete(id)) host("clearTimer", id);
-}
-globalThis.setTimeout = (fn, ms, ...args) => startTimer(fn, ms, args, false);
-globalThis.setInterval = (fn, ms, ...args) => startTimer(fn, ms, args, true);
-globalThis.setImmediate = (fn, ...args) => startTimer(fn, 0, args, false);
-globalThis.clearTimeout = clearTimer;
-globalThis.clearInterval = clearTimer;
-globalThis.clearImmediate = clearTimer;
-globalThis.queueMicrotask = (fn) => { Promise.resolve().then(fn).catch((e) => failRun(e)); };
-
 function settle(id, ok, value) {
   const f = pendingFetches.get(id);
-  if (f) {
-    pendingFetches.delete(id);
-    if (ok) f.resolve(value); else f.reject(value);
-    return;
-  }
-  const t = timers.get(id);
-  if (!t) return;
-  if (t.repeat) host("timer", id, t.delay); else timers.delete(id);
-  // An exception in a timer callback fails the run, as it would crash a Node process.
-  try { t.fn.apply(undefined, t.args); } catch (e) { failRun(e); }
+  if (!f) return;
+  pendingFetches.delete(id);
+  if (ok) f.resolve(value); else f.reject(value);
 }
 
 const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -177,4 +216,5 @@ globalThis.atob = function atob(s) {
   return out;
 };
 ` +
+  GUEST_TIMERS_SOURCE +
   GUEST_COMPONENT_SOURCE;

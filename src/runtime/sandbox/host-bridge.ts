@@ -1,23 +1,61 @@
 import ivm from "isolated-vm";
-import type { Emit, EmitMeta, HostFetch, HttpResponse, LogEntry, LogKind, ResolvedLimits } from "./types.js";
+import { checkEmitMeta, parseShallow } from "./emit-check.js";
+import { GuestWake } from "./guest-wake.js";
+import {
+  CROSSING_LIMITS,
+  DB_WRITE_BUDGET_STATES,
+  EMIT_BUDGET_EVENTS,
+  type Emit,
+  type HostFetch,
+  type HttpResponse,
+  type LogEntry,
+  type LogKind,
+  type ResolvedLimits,
+} from "./types.js";
 
 /**
  * The host half of one run: the single synchronous callback the guest prelude calls for `console`,
  * `$emit`, `db`, `http.respond`, `fetch` and timers, and the state it collects. Everything that
  * arrives is a string or a structured-clone copy made by isolated-vm; everything this module keeps
- * is bounded by the run's limits, since an isolate's memory limit does not bound the host's.
+ * is bounded by the run's limits, since an isolate's memory limit does not bound the host's. The
+ * guest prelude cuts what it passes to these limits before calling (the copy is made before this
+ * code can look at it); the checks here hold the line whatever arrives.
  *
  * Replies are `["ok", value]` or `["err", message]` (the guest throws the message), so no host
  * exception, and no host stack trace, reaches component code.
  */
 
 type Reply = readonly ["ok", unknown] | readonly ["err", string];
-/** Completes a guest `fetch` or fires a guest timer (`dispatch("settle", ...)` in the guest). */
-export type Settle = (id: number, ok: boolean, value: unknown) => Promise<unknown>;
+
+/**
+ * The entries into the guest that the host starts on its own. Neither arms an isolated-vm
+ * `timeout`: the run's single wall-clock timer (Sandbox.run) disposes the isolate at the deadline,
+ * and each armed timeout stays in isolated-vm's timer thread until it is due (see guest-timers.ts).
+ */
+export interface GuestEntries {
+  /** Completes a guest `fetch` (`dispatch("settle", ...)`). */
+  settle(id: number, ok: boolean, value: unknown): Promise<unknown>;
+  /** Runs the guest's due timers (`dispatch("tick")`); answers the delay to the next, or -1. */
+  tick(): Promise<unknown>;
+}
+
+/** A limit of the run reached outside the guest's own code; the run ends with this code. */
+export class RunLimitError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
 
 const LOG_KINDS = new Set<string>(["console.log", "console.error", "console.warn", "console.info", "console.debug"]);
-const MAX_TIMERS = 1000;
-const MAX_URL_LENGTH = 16 * 1024;
+/** Room for the guest's "… [N more characters]" note after a cut console line. */
+const CUT_NOTE = 64;
+
+export function timerLimitMessage(max: number): string {
+  return `the run fired more than ${max} timer callbacks (setTimeout, setInterval, setImmediate), the limit per run`;
+}
 
 export interface HostBridgeOptions {
   limits: ResolvedLimits;
@@ -36,13 +74,14 @@ export class HostBridge {
   dbChanged = false;
   private droppedLogs = 0;
   private emittedBytes = 0;
+  private dbWrittenBytes = 0;
   private fetches = 0;
   private readonly state = new Map<string, string>();
   private stateBytes = 0;
-  private readonly timers = new Map<number, NodeJS.Timeout>();
   private readonly abort = new AbortController();
-  private settle: Settle | undefined;
+  private entries: GuestEntries | undefined;
   private closed = false;
+  private readonly wake: GuestWake;
 
   constructor(private readonly opts: HostBridgeOptions) {
     for (const [key, value] of Object.entries(opts.db)) {
@@ -51,22 +90,28 @@ export class HostBridge {
       this.state.set(key, json);
       this.stateBytes += key.length + json.length;
     }
+    const maxFirings = opts.limits.maxTimerFiringsPerRun;
+    this.wake = new GuestWake({
+      maxTicks: maxFirings,
+      tick: async () => this.entries?.tick() ?? -1,
+      onLimit: () => opts.onFault(new RunLimitError("TIMER_LIMIT", timerLimitMessage(maxFirings))),
+      onFault: opts.onFault,
+    });
     this.callback = new ivm.Callback((op: unknown, a: unknown, b: unknown, c: unknown, d: unknown, e: unknown) =>
       this.handle(op, a, b, c, d, e),
     );
   }
 
   /** Connects the guest's `dispatch`; until then fetches and timers cannot complete. */
-  attach(settle: Settle): void {
-    this.settle = settle;
+  attach(entries: GuestEntries): void {
+    this.entries = entries;
   }
 
   /** Stops every pending fetch and timer: nothing may call into the guest after the run. */
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    for (const t of this.timers.values()) clearTimeout(t);
-    this.timers.clear();
+    this.wake.close();
     this.abort.abort();
   }
 
@@ -90,20 +135,20 @@ export class HostBridge {
       switch (op) {
         case "log":
           return ["ok", this.log(a, b)];
+        case "logsDropped":
+          return ["ok", this.logsDropped(a)];
         case "emit":
           return ["ok", this.emit(a, b)];
         case "dbGet":
-          return ["ok", this.state.get(String(a))];
+          return ["ok", this.state.get(this.dbKey(a))];
         case "dbSet":
-          return ["ok", this.dbSet(String(a), b)];
+          return ["ok", this.dbSet(this.dbKey(a), b)];
         case "respond":
           return ["ok", this.respond(a, b, c, d)];
         case "fetch":
           return ["ok", this.startFetch(a, b, c, d, e)];
-        case "timer":
-          return ["ok", this.startTimer(Number(a), Number(b))];
-        case "clearTimer":
-          return ["ok", this.clearTimer(Number(a))];
+        case "wake":
+          return ["ok", this.wake.request(Number(a))];
         default:
           return ["err", "unknown host operation"];
       }
@@ -113,39 +158,67 @@ export class HostBridge {
   }
 
   private log(kind: unknown, msg: unknown): void {
+    if (typeof msg !== "string") throw new Error("console: invalid arguments");
     if (this.logs.length >= this.opts.limits.maxLogLinesPerRun) {
       this.droppedLogs++;
       return;
     }
     const max = this.opts.limits.maxLogLineBytes;
-    let text = String(msg);
-    if (text.length > max) text = `${text.slice(0, max)}… [${text.length - max} more characters]`;
+    const text = msg.length > max + CUT_NOTE ? `${copyPrefix(msg, max)}… [${msg.length - max} more characters]` : msg;
     this.logs.push({ ts: Date.now(), k: LOG_KINDS.has(String(kind)) ? (kind as LogKind) : "console.log", msg: text });
   }
 
-  private emit(json: unknown, metaJson: unknown): void {
+  /** The guest's count of console lines it dropped past the limit (it sends none of them). */
+  private logsDropped(count: unknown): void {
+    const n = Number(count);
+    if (Number.isSafeInteger(n) && n > this.droppedLogs) this.droppedLogs = n;
+  }
+
+  /** Records one emit; answers how many bytes of the run's emit budget are left. */
+  private emit(json: unknown, metaJson: unknown): number {
     const { maxEmitsPerRun, maxEventBytes } = this.opts.limits;
     if (typeof json !== "string" || typeof metaJson !== "string") throw new Error("$emit: invalid arguments");
+    if (metaJson.length > CROSSING_LIMITS.maxEmitMetaLength) throw new Error("$emit: the metadata is too large");
     if (this.emits.length >= maxEmitsPerRun) throw new Error(`$emit: at most ${maxEmitsPerRun} events per run`);
     const bytes = Buffer.byteLength(json);
     if (bytes > maxEventBytes) throw new Error(`$emit: the event is ${bytes} bytes as JSON; the limit is ${maxEventBytes}`);
-    // A run may not emit more in total than it could keep in its maximum number of events.
-    if (this.emittedBytes + bytes > maxEventBytes * 16) throw new Error("$emit: this run has emitted too much data");
-    this.emittedBytes += bytes;
-    this.emits.push({ event: JSON.parse(json), meta: normalizeMeta(JSON.parse(metaJson)) });
+    // A run may not emit more in total, metadata included, than it could keep in 16 events.
+    const budget = maxEventBytes * EMIT_BUDGET_EVENTS;
+    const total = bytes + Buffer.byteLength(metaJson);
+    if (this.emittedBytes + total > budget) throw new Error(`$emit: a run may emit at most ${budget} bytes (events and metadata as JSON)`);
+    const meta = checkEmitMeta(metaJson);
+    const event = parseShallow(json, "$emit: the event");
+    this.emittedBytes += total;
+    this.emits.push({ event, meta });
+    return budget - this.emittedBytes;
   }
 
-  private dbSet(key: string, json: unknown): void {
+  private dbKey(key: unknown): string {
+    const max = this.opts.limits.maxDbBytes;
+    if (typeof key !== "string" || key.length > max) throw new Error(`db: the key is longer than the state limit of ${max} bytes`);
+    return key;
+  }
+
+  /** Writes one key; answers how many bytes of the run's write budget are left. */
+  private dbSet(key: string, json: unknown): number {
+    const max = this.opts.limits.maxDbBytes;
+    if (json !== undefined && typeof json !== "string") throw new Error("db.set: invalid arguments");
     const old = this.state.get(key);
     const oldBytes = old === undefined ? 0 : key.length + old.length;
-    const newBytes = typeof json === "string" ? key.length + json.length : 0;
-    if (this.stateBytes - oldBytes + newBytes > this.opts.limits.maxDbBytes) {
-      throw new Error(`db.set: the state would exceed ${this.opts.limits.maxDbBytes} bytes`);
-    }
-    if (typeof json === "string") this.state.set(key, json);
-    else this.state.delete(key);
+    const newBytes = json === undefined ? 0 : key.length + json.length;
+    if (newBytes > max || this.stateBytes - oldBytes + newBytes > max) throw new Error(`db.set: the state would exceed ${max} bytes`);
+    // Each write is copied out of the isolate: a run may not write more than a few whole states.
+    const budget = max * DB_WRITE_BUDGET_STATES;
+    const written = Math.max(newBytes, key.length);
+    if (this.dbWrittenBytes + written > budget)
+      throw new Error(`db.set: a run may write at most ${budget} bytes (keys and values as JSON)`);
+    if (json !== undefined) parseShallow(json, "db.set: the value");
+    if (json === undefined) this.state.delete(key);
+    else this.state.set(key, json);
     this.stateBytes += newBytes - oldBytes;
+    this.dbWrittenBytes += written;
     this.dbChanged = true;
+    return budget - this.dbWrittenBytes;
   }
 
   private respond(status: unknown, headersJson: unknown, kind: unknown, data: unknown): void {
@@ -155,7 +228,7 @@ export class HostBridge {
     if (this.responded) return;
     this.responded = true;
     const headers: Record<string, string> = {};
-    for (const [k, v] of JSON.parse(String(headersJson)) as [string, string][]) headers[k.toLowerCase()] = v;
+    for (const [k, v] of headerList(headersJson, "http.respond")) headers[k.toLowerCase()] = v;
     let body: string | Buffer = "";
     if (kind === "bytes" && data instanceof Uint8Array) body = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
     else if (typeof data === "string") body = data;
@@ -170,10 +243,10 @@ export class HostBridge {
   private startFetch(id: unknown, url: unknown, method: unknown, headersJson: unknown, body: unknown): void {
     const max = this.opts.limits.maxFetchesPerRun;
     if (++this.fetches > max) throw new Error(`fetch: at most ${max} requests per run`);
-    const target = String(url);
-    if (target.length > MAX_URL_LENGTH) throw new Error("fetch: the URL is too long");
+    if (typeof url !== "string" || url.length > CROSSING_LIMITS.maxUrlLength) throw new Error("fetch: the URL is too long");
+    const target = url;
     const headers: Record<string, string> = {};
-    for (const [k, v] of JSON.parse(String(headersJson)) as [string, string][]) headers[k] = v;
+    for (const [k, v] of headerList(headersJson, "fetch")) headers[k] = v;
     const init = {
       method: String(method),
       headers,
@@ -197,47 +270,30 @@ export class HostBridge {
       );
   }
 
-  private startTimer(id: number, delayMs: number): void {
-    if (this.closed) return;
-    if (this.timers.size >= MAX_TIMERS) throw new Error(`timers: at most ${MAX_TIMERS} pending timers per run`);
-    const t = setTimeout(
-      () => {
-        this.timers.delete(id);
-        void this.settleGuest(id, true, undefined);
-      },
-      Math.min(Math.max(0, delayMs || 0), 2 ** 31 - 1),
-    );
-    t.unref();
-    this.timers.set(id, t);
-  }
-
-  private clearTimer(id: number): void {
-    clearTimeout(this.timers.get(id));
-    this.timers.delete(id);
-  }
-
   private async settleGuest(id: number, ok: boolean, value: unknown): Promise<void> {
-    if (this.closed || !this.settle) return;
+    if (this.closed || !this.entries) return;
     try {
-      await this.settle(id, ok, value);
+      await this.entries.settle(id, ok, value);
     } catch (err) {
       if (!this.closed) this.opts.onFault(err);
     }
   }
 }
 
-/** Keeps the documented metadata fields, coerced to their types; drops what cannot be coerced. */
-function normalizeMeta(raw: unknown): EmitMeta {
-  const meta: EmitMeta = {};
-  if (typeof raw !== "object" || raw === null) return meta;
-  const m = raw as Record<string, unknown>;
-  if (typeof m.id === "string" || (typeof m.id === "number" && Number.isFinite(m.id))) meta.id = m.id;
-  else if (m.id !== undefined) meta.id = JSON.stringify(m.id);
-  if (m.name !== undefined && m.name !== "") meta.name = String(m.name);
-  if (m.summary !== undefined) meta.summary = typeof m.summary === "string" ? m.summary : JSON.stringify(m.summary);
-  if (typeof m.ts === "number" && Number.isFinite(m.ts)) meta.ts = m.ts;
-  else if (typeof m.ts === "string" && Number.isFinite(Date.parse(m.ts))) meta.ts = Date.parse(m.ts);
-  return meta;
+/** A header list (`[[name, value], ...]` as JSON) from the guest. */
+function headerList(json: unknown, what: string): [string, string][] {
+  if (typeof json !== "string" || json.length > CROSSING_LIMITS.maxHeadersLength) throw new Error(`${what}: the headers are too large`);
+  const list: unknown = JSON.parse(json);
+  if (!Array.isArray(list)) throw new Error(`${what}: invalid headers`);
+  return list.map((p) => [String((p as unknown[])[0]), String((p as unknown[])[1])]);
+}
+
+/**
+ * The first `max` characters of `s` as a string of their own: `s.slice()` would keep all of `s`
+ * alive for as long as the slice lives.
+ */
+export function copyPrefix(s: string, max: number): string {
+  return Buffer.from(s.slice(0, max), "utf16le").toString("utf16le");
 }
 
 const FRIENDLY: Record<string, string> = {
@@ -246,13 +302,13 @@ const FRIENDLY: Record<string, string> = {
   dbSet: "db",
   respond: "http.respond",
   fetch: "fetch",
-  timer: "timers",
+  wake: "timers",
 };
 
 /** The host callback while a component is only loaded to read its metadata: console is dropped. */
 export function metadataHostCallback(): ivm.Callback {
   return new ivm.Callback((op: unknown): Reply => {
-    if (op === "log" || op === "clearTimer") return ["ok", undefined];
+    if (op === "log" || op === "logsDropped") return ["ok", undefined];
     return ["err", `${FRIENDLY[String(op)] ?? String(op)} is not available while the component is loaded`];
   });
 }

@@ -1,7 +1,8 @@
 import ivm from "isolated-vm";
-import { HostBridge, metadataHostCallback } from "./host-bridge.js";
+import { copyPrefix, HostBridge, metadataHostCallback, RunLimitError } from "./host-bridge.js";
 import { IsolatePool, type Lease } from "./isolate-pool.js";
 import {
+  CROSSING_LIMITS,
   DEFAULT_LIMITS,
   type HostFetch,
   type ResolvedLimits,
@@ -43,8 +44,8 @@ const unavailableFetch: HostFetch = async () => {
 
 /** How long a finished run's isolate may take to answer before it is presumed stuck. */
 const PING_DEADLINE_MS = 250;
-const MAX_MESSAGE = 4 * 1024;
-const MAX_STACK = 16 * 1024;
+const MAX_MESSAGE = CROSSING_LIMITS.maxErrorMessageLength;
+const MAX_STACK = CROSSING_LIMITS.maxErrorStackLength;
 
 export class Sandbox {
   private readonly limits: ResolvedLimits;
@@ -75,7 +76,8 @@ export class Sandbox {
     aborted.catch(() => {});
     const bridge = new HostBridge({ limits: this.limits, fetch: this.fetch, db: req.db, onRespond: req.onRespond, onFault: abortRun });
     const timer = setTimeout(() => {
-      timedOut = true;
+      // An isolate isolated-vm already disposed for its memory limit did not time out.
+      timedOut = !lease.isolate.isDisposed;
       this.pool.kill(lease);
       abortRun(new Error("timed out"));
     }, this.limits.timeoutMs);
@@ -133,7 +135,7 @@ export class Sandbox {
       refs.push(factory);
       const out = await dispatch.apply(undefined, ["load", factory.derefInto()], { result: { copy: true }, timeout: remaining(deadline) });
       healthy = true;
-      return parseInspect(out);
+      return parseInspect(typeof out === "string" ? JSON.parse(out) : undefined);
     } catch (err) {
       const e = this.classify(err, lease, timedOut);
       if (e.code === "TIMEOUT") return { ok: false, reason: `the code did not finish loading within ${timeoutMs} ms` };
@@ -162,12 +164,20 @@ export class Sandbox {
       onContext(context);
       const dispatch = await this.pool.install(lease, context, bridge.callback, remaining(deadline));
       refs.push(dispatch);
-      bridge.attach((id, ok, value) =>
-        dispatch.apply(undefined, ["settle", id, ok, value], { arguments: { copy: true }, timeout: remaining(deadline) }),
-      );
+      // No isolated-vm `timeout` on these entries (see GuestEntries): the run's timer bounds them.
+      bridge.attach({
+        settle: (id, ok, value) => dispatch.apply(undefined, ["settle", id, ok, value], { arguments: { copy: true } }),
+        tick: () => dispatch.apply(undefined, ["tick"], { result: { promise: true, copy: true } }),
+      });
       const factory = await this.pool.factory(lease, context, req.compiledCode, remaining(deadline));
       refs.push(factory);
-      const payload = new ivm.ExternalCopy({ method: req.method, sourceId: req.sourceId, props: req.props, event: req.event });
+      const payload = new ivm.ExternalCopy({
+        method: req.method,
+        sourceId: req.sourceId,
+        props: req.props,
+        event: req.event,
+        limits: this.limits,
+      });
       return (await dispatch.apply(undefined, ["run", factory.derefInto(), payload.copyInto({ release: true })], {
         result: { promise: true, copy: true },
         timeout: remaining(deadline),
@@ -179,15 +189,17 @@ export class Sandbox {
 
   /** Turns an isolated-vm failure into the run's error; the flags say who stopped the run. */
   private classify(err: unknown, lease: Lease, timedOut: boolean): RunError {
+    if (err instanceof RunLimitError) return limitError(err.code, err.message);
     const message = err instanceof Error ? err.message : String(err);
+    // isolated-vm's own verdict comes first: a memory kill is MEMORY_LIMIT even when the run's
+    // deadline passed before the failure reached us (a busy machine).
+    if (/memory limit/i.test(message)) return memoryError(this.limits.memoryMb);
     if (timedOut || /execution timed out/i.test(message)) {
       return limitError("TIMEOUT", `the run exceeded the time limit of ${this.limits.timeoutMs} ms`);
     }
     if (this.pool.isClosed) return limitError("SANDBOX_CLOSED", "the sandbox was shut down during the run");
     // Besides our time-out, isolated-vm disposes an isolate on its own only for its memory limit.
-    if (/memory limit/i.test(message) || lease.isolate.isDisposed) {
-      return limitError("MEMORY_LIMIT", `the run exceeded the memory limit of ${this.limits.memoryMb} MB`);
-    }
+    if (lease.isolate.isDisposed) return memoryError(this.limits.memoryMb);
     return limitError("SANDBOX_ERROR", clip(message, MAX_MESSAGE));
   }
 
@@ -235,6 +247,10 @@ function remaining(deadline: number): number {
   return Math.max(1, Math.ceil(deadline - performance.now()));
 }
 
+function memoryError(memoryMb: number): RunError {
+  return limitError("MEMORY_LIMIT", `the run exceeded the memory limit of ${memoryMb} MB`);
+}
+
 function limitError(code: string, msg: string): RunError {
   return { code, msg, stack: `Error: ${msg}`, ts: new Date().toISOString() };
 }
@@ -243,7 +259,7 @@ function limitError(code: string, msg: string): RunError {
 function fromGuest(raw: unknown): RunError {
   const r = (typeof raw === "object" && raw !== null ? raw : {}) as Record<string, unknown>;
   return {
-    code: typeof r.code === "string" && r.code !== "" ? clip(r.code, 200) : "Error",
+    code: typeof r.code === "string" && r.code !== "" ? clip(r.code, CROSSING_LIMITS.maxErrorCodeLength) : "Error",
     msg: typeof r.msg === "string" ? clip(r.msg, MAX_MESSAGE) : "",
     stack: typeof r.stack === "string" ? clip(r.stack, MAX_STACK) : "",
     ts: new Date().toISOString(),
@@ -257,5 +273,5 @@ function parseInspect(raw: unknown): InspectResult {
 }
 
 function clip(s: string, max: number): string {
-  return s.length > max ? `${s.slice(0, max)}…` : s;
+  return s.length > max ? `${copyPrefix(s, max)}…` : s;
 }

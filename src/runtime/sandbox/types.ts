@@ -20,6 +20,11 @@ export interface SandboxLimits {
   maxDbBytes?: number;
   /** `fetch` calls allowed per run. */
   maxFetchesPerRun?: number;
+  /**
+   * Timer callbacks (setTimeout, setInterval, setImmediate) fired per run; past it the run ends
+   * with TIMER_LIMIT. Bounds how often a run re-enters its isolate.
+   */
+  maxTimerFiringsPerRun?: number;
 }
 
 /** Defaults for the optional limits: generous for real components, bounded for the host's memory. */
@@ -30,7 +35,37 @@ export const DEFAULT_LIMITS = {
   maxLogLineBytes: 16 * 1024,
   maxDbBytes: 4 * 1024 * 1024,
   maxFetchesPerRun: 100,
+  maxTimerFiringsPerRun: 10_000,
 } as const;
+
+/**
+ * Fixed bounds on what one run may pass to the host, applied in the guest before anything is
+ * copied out of the isolate (an isolate's memory limit does not bound the host's memory) and
+ * checked again by the host.
+ */
+export const CROSSING_LIMITS = {
+  /** Timers pending at once in one run. */
+  maxPendingTimers: 1000,
+  /** Longest `fetch` URL. */
+  maxUrlLength: 16 * 1024,
+  /** Largest `$emit` metadata as JSON (its fields have their own limits; escapes make it longer). */
+  maxEmitMetaLength: 128 * 1024,
+  /** Largest header list of a `fetch` or `http.respond`, as JSON. */
+  maxHeadersLength: 64 * 1024,
+  /** Longest error code, message and stack of a failed run. */
+  maxErrorCodeLength: 200,
+  maxErrorMessageLength: 4 * 1024,
+  maxErrorStackLength: 16 * 1024,
+  /** Longest string in a component's metadata (name, a prop's description, an option...). */
+  maxMetadataString: 64 * 1024,
+  /** All strings of a component's metadata together (keys included, each use counted). */
+  maxMetadataChars: 256 * 1024,
+} as const;
+
+/** Emitted JSON per run (events and their metadata), as a multiple of the largest event. */
+export const EMIT_BUDGET_EVENTS = 16;
+/** `db.set` data per run (keys and values as JSON), as a multiple of the largest state. */
+export const DB_WRITE_BUDGET_STATES = 4;
 
 export type ResolvedLimits = Required<SandboxLimits>;
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Client, client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
 import { type Receiver, startReceiver, waitFor } from "../../helpers/receiver.js";
-import { type Json, expectStatus, createSource, eventsNewestFirst as events } from "./support.js";
+import { type Json, expectStatus, createSource, eventsNewestFirst as events, events as oldestFirst } from "./support.js";
 
 /**
  * Hostile component code through the whole daemon (SPEC §5 "Sandbox"): runaway loops, memory
@@ -109,19 +109,27 @@ describe("runaway runs", () => {
   });
 
   it("stops a memory hog with MEMORY_LIMIT and answers 502 to its custom response", async () => {
-    const u = await td.createUser();
-    const queued = await createSource(u.api, httpSource("Hog", HOG));
-    expectStatus(await anon().post(queued.configured_props.http.endpoint_url, { json: {} }), 200);
-    const err = await firstError(u.api, queued.id);
-    expect(err.error.code).toBe("MEMORY_LIMIT");
-    expect(err.error.msg).toContain("16 MB");
+    // A daemon whose time limit the hog cannot reach first: with a busy CPU, filling 16 MB can
+    // take longer than this file's 500 ms, and TIMEOUT would then be the right verdict.
+    const roomy = await startTestDaemon({ SANDBOX_TIMEOUT_MS: "10000", SANDBOX_MEMORY_MB: "16" });
+    try {
+      const u = await roomy.createUser();
+      const http = client(roomy.url);
+      const queued = await createSource(u.api, httpSource("Hog", HOG));
+      expectStatus(await http.post(queued.configured_props.http.endpoint_url, { json: {} }), 200);
+      const err = await firstError(u.api, queued.id);
+      expect(err.error.code).toBe("MEMORY_LIMIT");
+      expect(err.error.msg).toContain("16 MB");
 
-    const inline = await createSource(u.api, httpSource("Hog inline", HOG, true));
-    const res = await anon().post(inline.configured_props.http.endpoint_url, { json: {} });
-    expectStatus(res, 502);
-    // The anonymous caller gets no detail; the source's owner reads it on $errors.
-    expect(res.body).toEqual({ error: "source run failed", code: "source_run_failed" });
-    expect((await firstError(u.api, inline.id)).error.code).toBe("MEMORY_LIMIT");
+      const inline = await createSource(u.api, httpSource("Hog inline", HOG, true));
+      const res = await http.post(inline.configured_props.http.endpoint_url, { json: {} });
+      expectStatus(res, 502);
+      // The anonymous caller gets no detail; the source's owner reads it on $errors.
+      expect(res.body).toEqual({ error: "source run failed", code: "source_run_failed" });
+      expect((await firstError(u.api, inline.id)).error.code).toBe("MEMORY_LIMIT");
+    } finally {
+      await roomy.close();
+    }
   });
 
   it("stops a run whose promise never settles, queued or inline", async () => {
@@ -261,6 +269,95 @@ describe("escape attempts", () => {
     expectStatus(res2, 400);
     expect(res2.body.error).toMatch(/package fs is not allowed/);
     expect((await u.api.get("/v1/users/me/sources")).body.data).toEqual([]);
+  });
+});
+
+describe("what a run hands to the daemon", () => {
+  const DEEP = "const deep = (n) => { let v = 1; for (let i = 0; i < n; i++) v = [v]; return v; };";
+
+  it("refuses an emit nested 5000 deep inside the run, keeping its other emits and its $errors record", async () => {
+    const u = await td.createUser();
+    const s = await createSource(
+      u.api,
+      httpSource(
+        "Deep emit",
+        `${DEEP}
+        this.$emit({ n: 1 });
+        try { this.$emit(deep(5000)); } catch (e) { this.$emit({ caught: e.message }); }
+        this.$emit({ n: 2 });
+        this.$emit(deep(5000));`,
+      ),
+    );
+    expectStatus(await anon().post(s.configured_props.http.endpoint_url, { json: { go: true } }), 200);
+    // Before: recording the deep event failed the whole run's job; nothing below was recorded.
+    const err = await firstError(u.api, s.id);
+    expect(err.error.msg).toBe("$emit: the event nests deeper than 256 levels");
+    expect(err.original_event.body).toEqual({ go: true });
+    expect((await oldestFirst(u.api, s.id)).map((e: Json) => e.event)).toEqual([
+      { n: 1 },
+      { caught: "$emit: the event nests deeper than 256 levels" },
+      { n: 2 },
+    ]);
+  });
+
+  it("refuses channel names the API could not list or delete, with the API's rule", async () => {
+    const u = await td.createUser();
+    const s = await createSource(
+      u.api,
+      httpSource(
+        "Channels",
+        `for (const name of ["bad\\u0001name", "n".repeat(5000)]) {
+          try { this.$emit({ refused: name.length }, { name }); } catch (e) { this.$emit({ caught: e.message }); }
+        }
+        this.$emit({ fine: true }, { name: "fine-channel" });`,
+      ),
+    );
+    expectStatus(await anon().post(s.configured_props.http.endpoint_url, { json: {} }), 200);
+    const fine = await waitFor(async () => {
+      const d = await events(u.api, s.id, "fine-channel");
+      return d.length > 0 ? d : undefined;
+    });
+    expect(fine.map((e: Json) => e.event)).toEqual([{ fine: true }]);
+    expect((await oldestFirst(u.api, s.id)).map((e: Json) => e.event)).toEqual([
+      { caught: "$emit: meta.name must not contain control characters" },
+      { caught: "$emit: meta.name must be at most 200 characters" },
+    ]);
+    expect(await events(u.api, s.id, "$errors")).toEqual([]);
+  });
+
+  it("passes form fields named constructor, toString and __proto__ as plain data", async () => {
+    const u = await td.createUser();
+    const body = "constructor=a&toString=b&__proto__=c&hasOwnProperty=d&x=1&x=2";
+    const expected = JSON.parse('{"constructor":"a","toString":"b","__proto__":"c","hasOwnProperty":"d","x":["1","2"]}');
+    const form = { "content-type": "application/x-www-form-urlencoded" };
+
+    const queued = await createSource(u.api, httpSource("Form", "this.$emit(event.body);"));
+    expectStatus(await anon().post(queued.configured_props.http.endpoint_url, { body, headers: form }), 200);
+    const [e] = await waitFor(async () => {
+      const d = await events(u.api, queued.id);
+      return d.length > 0 ? d : undefined;
+    });
+    expect(e.event).toEqual(expected);
+
+    const inline = await createSource(u.api, httpSource("Form inline", "this.http.respond({ body: event.body });", true));
+    const res = await anon().post(inline.configured_props.http.endpoint_url, { body, headers: form });
+    expectStatus(res, 200);
+    expect(res.body).toEqual(expected);
+    expect(await events(u.api, queued.id, "$errors")).toEqual([]);
+  });
+
+  it("answers 400, quickly, to a component whose metadata shares one huge string among many props", async () => {
+    const u = await td.createUser();
+    // 233 bytes of code used to become a 214 MB component record, blocking the API for 16 s.
+    const code = `const s = "x".repeat(4e6), props = {};
+      for (let i = 0; i < 50; i++) props["p" + i] = { type: "string", description: s };
+      module.exports = { name: "Amplified", props, async run() {} };`;
+    const started = Date.now();
+    const res = await u.api.post("/v1/components", { json: { component_code: code } });
+    expectStatus(res, 400);
+    expect(res.body.code).toBe("invalid_parameter");
+    expect(res.body.error).toMatch(/metadata is too large/);
+    expect(Date.now() - started).toBeLessThan(5000);
   });
 });
 

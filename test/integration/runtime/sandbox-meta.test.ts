@@ -160,6 +160,34 @@ describe("loadComponent", () => {
     expect(Date.now() - started).toBeLessThan(3000);
   });
 
+  it.each([
+    [
+      "50 props sharing one 4 MB string",
+      `const s = "x".repeat(4e6), props = {}; for (let i = 0; i < 50; i++) props["p" + i] = { type: "string", description: s };`,
+      /metadata is too large: it holds a string of 4000000 characters \(at most 65536\)/,
+    ],
+    [
+      "50 props sharing one 10 KB string",
+      `const s = "x".repeat(1e4), props = {}; for (let i = 0; i < 50; i++) props["p" + i] = { type: "string", description: s };`,
+      /metadata is too large: its strings add up to more than 262144 characters/,
+    ],
+    [
+      "a prop whose name is 100 KB",
+      `const props = { ["k".repeat(1e5)]: "string" };`,
+      /metadata is too large: it holds a string of 100000 characters/,
+    ],
+  ])("refuses metadata that would be amplified when copied out: %s", async (_label, setup, reason) => {
+    // 233 bytes of code used to become a 214 MB component record, blocking the API for 16 s.
+    const started = Date.now();
+    const err = await loadComponent(`${setup} module.exports = { name: "amp", props, async run() {} };`, opts).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(ValidationError);
+    expect((err as ValidationError).message).toMatch(reason);
+    expect(Date.now() - started).toBeLessThan(5000);
+  });
+
   it("keeps working after bad code", async () => {
     await expect(loadComponent(TIMER, opts)).resolves.toBeDefined();
   });
