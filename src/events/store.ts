@@ -41,18 +41,6 @@ export interface EventSummary {
   truncated?: true;
 }
 
-export interface OutboxEntry {
-  entryId: string;
-  userId: string;
-  emitterId: string;
-  emitterKind: EmitterKind;
-  channel: string;
-  eventId: string;
-  acceptedAtMs: number;
-  hops: number;
-  payload: string;
-}
-
 export interface RecordInput {
   userId: string;
   emitterId: string;
