@@ -91,8 +91,11 @@ export class FanoutWorker {
 
   /** Removes consumers idle for `minIdleMs` with nothing pending (see PRUNE_CONSUMERS_LUA); returns how many. */
   async pruneConsumers(minIdleMs = PRUNE_IDLE_MS): Promise<number> {
-    // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
-    return (this.d.redis as any).tribPruneConsumers(this.d.keys.outbox(), FANOUT_GROUP, minIdleMs, this.d.consumer);
+    // defineCommand (constructor) adds the method at run time; this is its signature.
+    const redis = this.d.redis as Redis & {
+      tribPruneConsumers(outbox: string, group: string, minIdleMs: number, keep: string): Promise<number>;
+    };
+    return redis.tribPruneConsumers(this.d.keys.outbox(), FANOUT_GROUP, minIdleMs, this.d.consumer);
   }
 
   /** Creates the consumer group (from the start of the outbox, so nothing added earlier is missed). */
