@@ -16,7 +16,9 @@ import { Queue, Worker } from "bullmq";
 import { Redis } from "ioredis";
 import { Registry } from "prom-client";
 import { Agent, request } from "undici";
+import { Attempter } from "../dist/src/delivery/attempt.js";
 import { AttemptLog } from "../dist/src/delivery/attempt-log.js";
+import { DeliveryJobQueue } from "../dist/src/delivery/jobs.js";
 import { createSender } from "../dist/src/delivery/sender.js";
 import { DeliveryWorker } from "../dist/src/delivery/worker.js";
 import { FanoutWorker } from "../dist/src/events/fanout.js";
@@ -117,9 +119,8 @@ async function once(kind, profFile) {
     redis,
     keys,
     subscriptions,
-    deliveryQueue,
+    deliveryJobs: new DeliveryJobQueue(deliveryQueue, 3),
     sourceRunQueue,
-    deliveryJobOptions: { attempts: 3 },
     logger,
     metrics,
     consumer: "delivery-only",
@@ -153,14 +154,16 @@ async function once(kind, profFile) {
           connection: workerConnection,
           prefix: keys.bullPrefix,
           concurrency: CONCURRENCY,
-          sender,
-          attemptLog: new AttemptLog(redis, keys, 1000, Date.now),
-          webhooks,
-          webhookReader: cache,
-          workflows,
-          scheduleMs: [1000, 2000],
+          attempter: new Attempter({
+            sender,
+            attemptLog: new AttemptLog(redis, keys, 1000, Date.now),
+            listeners: cache,
+            webhooks,
+            scheduleMs: [1000, 2000],
+            logger,
+            metrics,
+          }),
           logger,
-          metrics,
         });
   let session;
   if (profFile) {

@@ -7,8 +7,10 @@ import { createApp } from "./api/app.js";
 import { deliveryRoutes } from "./api/routes/deliveries.js";
 import { eventRoutes } from "./api/routes/events.js";
 import type { Config } from "./config/schema.js";
+import { Attempter } from "./delivery/attempt.js";
 import { AttemptLog } from "./delivery/attempt-log.js";
 import { DirectDelivery } from "./delivery/direct.js";
+import { DeliveryJobQueue } from "./delivery/jobs.js";
 import { createSender } from "./delivery/sender.js";
 import { DeliveryWorker } from "./delivery/worker.js";
 import { maxAttempts } from "./domain/retry-policy.js";
@@ -205,30 +207,33 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     // Not awaited: until the subscription is live, listeners are read from Redis.
     void listenerCache.start();
     closers.push(() => listenerCache.stop());
-    deliveryWorker = new DeliveryWorker({
-      connection,
-      prefix: keys.bullPrefix,
-      concurrency: config.deliveryConcurrency,
+    // One Attempter makes every delivery attempt: queued jobs (DeliveryWorker) and fan-out's
+    // direct first attempts (DirectDelivery) alike.
+    const attempter = new Attempter({
       sender,
       attemptLog,
+      listeners: listenerCache,
       webhooks: webhookStore,
-      webhookReader: listenerCache,
-      workflows: workflowStore,
-      workflowReader: { get: (userId, id) => listenerCache.workflow(userId, id) },
       scheduleMs: config.deliveryRetryScheduleMs,
       logger,
       metrics,
     });
+    const deliveryJobs = new DeliveryJobQueue(deliveryQueue, attempts);
+    deliveryWorker = new DeliveryWorker({
+      connection,
+      prefix: keys.bullPrefix,
+      concurrency: config.deliveryConcurrency,
+      attempter,
+      logger,
+    });
     deliveryWorker.start();
     // Fan-out makes first attempts itself while it has slots (delivery/direct.ts); retries and
     // the overflow go through the delivery queue.
-    const worker = deliveryWorker;
     const direct =
       config.deliveryDirectConcurrency > 0
         ? new DirectDelivery({
-            attemptFirst: (job) => worker.attemptFirst(job),
-            queue: deliveryQueue,
-            attempts,
+            attempter,
+            jobs: deliveryJobs,
             concurrency: config.deliveryDirectConcurrency,
             clogMs: DIRECT_CLOG_MS,
             logger,
@@ -239,9 +244,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       redis,
       keys,
       subscriptions: subscriptionStore,
-      deliveryQueue,
+      deliveryJobs,
       sourceRunQueue,
-      deliveryJobOptions: { attempts },
       logger,
       metrics,
       consumer: `${process.pid}-${randomUUID().slice(0, 8)}`,

@@ -1,8 +1,8 @@
-import type { Queue } from "bullmq";
-import type { Outcome } from "../domain/delivery-outcome.js";
+import { JOB_STARTS, NOT_QUEUED } from "../domain/delivery-plan.js";
 import type { Logger } from "../observability/logger.js";
 import type { DeliveryJob } from "../queue/catalog.js";
-import { deliveryJobOpts } from "../queue/job-options.js";
+import type { Attempter } from "./attempt.js";
+import { continueDelivery, type DeliveryJobQueue } from "./jobs.js";
 
 /**
  * A counting semaphore whose waits are bounded: `acquire` resolves false when no slot freed within
@@ -51,12 +51,10 @@ export class Slots {
 }
 
 export interface DirectDeliveryDeps {
-  /** Makes a delivery's first attempt and acts on its verdict (DeliveryWorker.attemptFirst). */
-  attemptFirst(job: DeliveryJob): Promise<Outcome | undefined>;
+  /** Makes a delivery's first attempt and acts on its verdict, as for a queued job. */
+  attempter: Pick<Attempter, "attempt">;
   /** The delivery queue, where retries (and deliveries that could not go direct) continue. */
-  queue: Queue;
-  /** Attempts in the whole retry schedule (the first one included). */
-  attempts: number;
+  jobs: Pick<DeliveryJobQueue, "add">;
   /** First attempts in flight at once (DELIVERY_DIRECT_CONCURRENCY). */
   concurrency: number;
   /**
@@ -125,15 +123,15 @@ export class DirectDelivery {
     const token = this.nextToken++;
     this.started.set(token, this.now());
     try {
-      const outcome = await this.d.attemptFirst(job);
-      if (outcome?.kind === "retry") await this.queue(job, { priorAttempts: 1, delayMs: outcome.delayMs });
+      const outcome = await this.d.attempter.attempt(job, NOT_QUEUED);
+      if (outcome?.kind === "retry") await this.d.jobs.add(continueDelivery(job, JOB_STARTS.directRetry), { delayMs: outcome.delayMs });
       return true;
     } catch (err) {
       // The attempt may or may not have been made and recorded: the queue redoes it, reading the
       // attempt record first.
       this.d.logger.warn({ err, deliveryId: job.deliveryId }, "direct delivery failed; queueing it");
       try {
-        await this.queue(job, { redo: true });
+        await this.d.jobs.add(continueDelivery(job, JOB_STARTS.redo));
         return true;
       } catch (queueErr) {
         this.d.logger.warn({ err: queueErr, deliveryId: job.deliveryId }, "could not queue a direct delivery; its event will be redone");
@@ -143,17 +141,5 @@ export class DirectDelivery {
       this.started.delete(token);
       this.slots.release();
     }
-  }
-
-  private async queue(job: DeliveryJob, how: { priorAttempts: 1; delayMs: number } | { redo: true }): Promise<void> {
-    if ("redo" in how) {
-      await this.d.queue.add(job.listenerKind, { ...job, redo: true }, deliveryJobOpts(this.d.attempts, job.deliveryId));
-      return;
-    }
-    await this.d.queue.add(
-      job.listenerKind,
-      { ...job, priorAttempts: how.priorAttempts },
-      { ...deliveryJobOpts(this.d.attempts - how.priorAttempts, job.deliveryId), delay: how.delayMs },
-    );
   }
 }

@@ -1,3 +1,5 @@
+import { hash } from "node:crypto";
+
 /**
  * Resource ids: a prefix and random base62 (SPEC §2). Randomness is injected so tests can pin it;
  * 16 base62 characters carry ~95 bits, far past guessable.
@@ -48,4 +50,40 @@ export function isEventId(id: unknown): id is string {
 /** The glob subscription pattern an emitter id falls under (`dc_*`, `p_*`), if any. */
 export function emitterGlob(emitterId: string): string | undefined {
   return emitterId.startsWith("dc_") ? "dc_*" : emitterId.startsWith("p_") ? "p_*" : undefined;
+}
+
+/** What a listener id names, from its prefix (the one place that dispatches on listener prefixes). */
+export type ListenerKind = "webhook" | "workflow" | "source";
+
+/** Listener kind from its id prefix; undefined for an id no listener can have. */
+export function listenerKindOf(id: string): ListenerKind | undefined {
+  if (id.startsWith("wh_")) return "webhook";
+  if (id.startsWith("p_")) return "workflow";
+  if (id.startsWith("dc_")) return "source";
+  return undefined;
+}
+
+/** What identifies one event for its deliveries: a redone fan-out of the same event yields the same ids. */
+export interface EventRef {
+  readonly userId: string;
+  readonly emitterId: string;
+  readonly channel: string;
+  readonly eventId: string;
+}
+
+function eventListenerHash(e: EventRef, listenerId: string): string {
+  return hash("sha256", `${e.userId}|${e.emitterId}|${e.channel}|${e.eventId}|${listenerId}`, "hex").slice(0, 24);
+}
+
+/**
+ * Deterministic id of the delivery of one event to one webhook or workflow (`d_…`): the BullMQ
+ * job id, the attempt-log record id and the Standard Webhooks `webhook-id`.
+ */
+export function deliveryIdFor(e: EventRef, listenerId: string): string {
+  return `d_${eventListenerHash(e, listenerId)}`;
+}
+
+/** Deterministic BullMQ job id of the run of a source listener for one event (`run_…`, same hash). */
+export function sourceRunIdFor(e: EventRef, listenerId: string): string {
+  return `run_${eventListenerHash(e, listenerId)}`;
 }

@@ -1,14 +1,16 @@
-import { hash } from "node:crypto";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { DirectDelivery } from "../delivery/direct.js";
+import type { DeliveryJobQueue } from "../delivery/jobs.js";
+import type { DeliveryJob } from "../queue/catalog.js";
+import { mayAttemptDirectly } from "../domain/delivery-plan.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
-import type { DeliveryJob, SourceRunJob } from "../queue/catalog.js";
-import { deliveryJobOpts, SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
+import { SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
 import type { Keys } from "../store/keys.js";
-import type { SubscriptionRecord, SubscriptionStore } from "../store/subscriptions.js";
-import type { EmitterKind, OutboxEntry } from "./store.js";
+import type { SubscriptionStore } from "../store/subscriptions.js";
+import { type FanoutOrigin, type FanoutPlan, planFanout, planLookups, uniqueListeners } from "./fanout-plan.js";
+import { type OutboxEntry, parseOutboxEntry } from "./outbox.js";
 
 export const FANOUT_GROUP = "fanout";
 
@@ -36,51 +38,15 @@ return removed
 const PRUNE_EVERY_MS = 10 * 60_000;
 const PRUNE_IDLE_MS = 60 * 60_000;
 
-/** Deterministic id of the delivery of one event to one listener: a redone fan-out yields the same id. */
-export function deliveryIdFor(e: Pick<OutboxEntry, "userId" | "emitterId" | "channel" | "eventId">, listenerId: string): string {
-  const h = hash("sha256", `${e.userId}|${e.emitterId}|${e.channel}|${e.eventId}|${listenerId}`, "hex");
-  return `d_${h.slice(0, 24)}`;
-}
-
-/** Listener kind from its id prefix. */
-export function listenerKindOf(id: string): "webhook" | "workflow" | "source" | undefined {
-  if (id.startsWith("wh_")) return "webhook";
-  if (id.startsWith("p_")) return "workflow";
-  if (id.startsWith("dc_")) return "source";
-  return undefined;
-}
-
-/** One delivery per listener and event, even when an exact and a glob subscription both match. */
-export function uniqueListeners(subs: readonly SubscriptionRecord[]): string[] {
-  return [...new Set(subs.map((s) => s.listener_id))];
-}
-
-export function parseOutboxEntry(entryId: string, fields: string[]): OutboxEntry | undefined {
-  const f: Record<string, string> = {};
-  for (let i = 0; i + 1 < fields.length; i += 2) f[fields[i] as string] = fields[i + 1] as string;
-  if (!f.u || !f.e || f.c === undefined || !f.i || f.p === undefined) return undefined;
-  return {
-    entryId,
-    userId: f.u,
-    emitterId: f.e,
-    emitterKind: (f.k as EmitterKind) ?? "workflow",
-    channel: f.c,
-    eventId: f.i,
-    acceptedAtMs: Number(f.t ?? 0),
-    hops: Number(f.h ?? 0),
-    payload: f.p,
-  };
-}
-
 export interface FanoutDeps {
   /** A dedicated connection: XREADGROUP blocks it. */
   blocking: Redis;
   redis: Redis;
   keys: Keys;
   subscriptions: SubscriptionStore;
-  deliveryQueue: Queue;
+  /** Where deliveries that do not go direct are queued (with the budget their origin leaves them). */
+  deliveryJobs: Pick<DeliveryJobQueue, "addAll">;
   sourceRunQueue: Queue;
-  deliveryJobOptions: { attempts: number };
   logger: Logger;
   metrics: Metrics;
   consumer: string;
@@ -125,8 +91,11 @@ export class FanoutWorker {
 
   /** Removes consumers idle for `minIdleMs` with nothing pending (see PRUNE_CONSUMERS_LUA); returns how many. */
   async pruneConsumers(minIdleMs = PRUNE_IDLE_MS): Promise<number> {
-    // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
-    return (this.d.redis as any).tribPruneConsumers(this.d.keys.outbox(), FANOUT_GROUP, minIdleMs, this.d.consumer);
+    // defineCommand (constructor) adds the method at run time; this is its signature.
+    const redis = this.d.redis as Redis & {
+      tribPruneConsumers(outbox: string, group: string, minIdleMs: number, keep: string): Promise<number>;
+    };
+    return redis.tribPruneConsumers(this.d.keys.outbox(), FANOUT_GROUP, minIdleMs, this.d.consumer);
   }
 
   /** Creates the consumer group (from the start of the outbox, so nothing added earlier is missed). */
@@ -276,131 +245,75 @@ export class FanoutWorker {
 
   /**
    * Fans out a batch taken over from another consumer (or read again) and acknowledges it. Its
-   * delivery jobs are marked `redo`: their deliveries may be done already.
+   * delivery jobs have the `redo` origin: their deliveries may be done already.
    */
   async process(raw: XEntries): Promise<void> {
-    await this.ack(await this.fanOut(raw, true));
+    await this.ack(await this.fanOut(raw, "redo"));
   }
 
   /**
-   * Fans a batch out; lookups are shared between entries of the same emitter and channel. Returns
-   * the entry ids, which the caller acknowledges once this has returned.
+   * Fans a batch out: parse, look the listeners up (one round trip for the whole batch; entries of
+   * one emitter and channel share a lookup), plan (fanout-plan.ts) and dispatch. Returns the
+   * entry ids the caller may acknowledge once this has returned.
    */
-  private async fanOut(raw: XEntries, redo = false): Promise<string[]> {
-    const { subscriptions, metrics } = this.d;
-    const deliveries: DeliveryJob[] = [];
-    /** The outbox entry of each delivery (same index). */
-    const entryOf: string[] = [];
-    const sourceRuns: { id: string; data: SourceRunJob }[] = [];
-    const done: string[] = [];
-    // First pass: parse, and collect the distinct (user, emitter, channel) lookups of the batch.
-    const parsed: { e: OutboxEntry; lookup: number }[] = [];
-    const lookupIndex = new Map<string, number>();
-    const lookups: { userId: string; emitterId: string; channel: string }[] = [];
+  private async fanOut(raw: XEntries, origin: FanoutOrigin = "fanout"): Promise<string[]> {
+    const ids: string[] = [];
+    const entries: OutboxEntry[] = [];
     for (const [entryId, fields] of raw) {
-      done.push(entryId);
+      ids.push(entryId);
       const e = parseOutboxEntry(entryId, fields);
-      if (!e) {
-        this.d.logger.warn({ entryId }, "fan-out: dropping malformed outbox entry");
-        continue;
-      }
-      const key = `${e.userId}\n${e.emitterId}\n${e.channel}`;
-      let idx = lookupIndex.get(key);
-      if (idx === undefined) {
-        idx = lookups.push({ userId: e.userId, emitterId: e.emitterId, channel: e.channel }) - 1;
-        lookupIndex.set(key, idx);
-      }
-      parsed.push({ e, lookup: idx });
+      if (e) entries.push(e);
+      else this.d.logger.warn({ entryId }, "fan-out: dropping malformed outbox entry");
     }
-    // One round trip for every lookup of the batch.
-    const found = (await subscriptions.matchingMany(lookups)).map((subs) => uniqueListeners(subs));
-    const jobsByKind = { webhook: 0, workflow: 0, source: 0 };
-    for (const { e, lookup } of parsed) {
-      for (const listenerId of found[lookup] ?? []) {
-        const kind = listenerKindOf(listenerId);
-        if (kind) jobsByKind[kind]++;
-        const deliveryId = deliveryIdFor(e, listenerId);
-        if (kind === "webhook" || kind === "workflow") {
-          const job: DeliveryJob = {
-            userId: e.userId,
-            deliveryId,
-            listenerKind: kind,
-            listenerId,
-            emitterId: e.emitterId,
-            channel: e.channel,
-            eventId: e.eventId,
-            payload: e.payload,
-            acceptedAtMs: e.acceptedAtMs,
-          };
-          if (redo) job.redo = true;
-          deliveries.push(job);
-          entryOf.push(e.entryId);
-        } else if (kind === "source") {
-          sourceRuns.push({
-            id: deliveryId.replace(/^d_/, "run_"),
-            data: {
-              kind: "event",
-              userId: e.userId,
-              sourceId: listenerId,
-              emitterId: e.emitterId,
-              channel: e.channel,
-              eventId: e.eventId,
-              payload: e.payload,
-              hops: e.emitterKind === "source" ? e.hops + 1 : 0,
-              acceptedAtMs: e.acceptedAtMs,
-            },
-          });
-        }
-      }
-    }
+    const { lookups, lookupOf } = planLookups(entries);
+    const listeners = (await this.d.subscriptions.matchingMany(lookups)).map(uniqueListeners);
+    const plan = planFanout(
+      entries,
+      lookupOf.map((at) => listeners[at] ?? []),
+      origin,
+    );
     // One counter update per kind and batch (a labelled inc costs a label hash each time).
-    for (const [kind, n] of Object.entries(jobsByKind)) if (n > 0) metrics.fanoutJobs.inc({ listener_kind: kind }, n);
-    // First attempts go direct while slots are free; the rest become queued jobs.
-    let queued = deliveries;
-    const direct = redo ? undefined : this.d.direct;
+    for (const [kind, n] of Object.entries(plan.counts)) if (n > 0) this.d.metrics.fanoutJobs.inc({ listener_kind: kind }, n);
+    const held = await this.dispatch(plan, origin);
+    return held.size === 0 ? ids : ids.filter((id) => !held.has(id));
+  }
+
+  /**
+   * Hands the plan over: first attempts go direct while slots are free (never for a redo), the
+   * rest become queued jobs. Returns the entries held until their direct attempts settle; every
+   * other entry is handed over once this returns (if a job add fails, it throws before any entry
+   * is held, and the whole batch is taken over and redone).
+   */
+  private async dispatch(plan: FanoutPlan, origin: FanoutOrigin): Promise<ReadonlyMap<string, unknown>> {
+    const direct = mayAttemptDirectly(origin) ? this.d.direct : undefined;
+    let queued = plan.deliveries;
     const attemptsOf = new Map<string, Promise<boolean>[]>();
-    if (direct && deliveries.length > 0) {
+    if (direct && plan.deliveries.length > 0) {
       queued = [];
       const directByKind = { webhook: 0, workflow: 0 };
-      for (let i = 0; i < deliveries.length; i++) {
-        const job = deliveries[i] as DeliveryJob;
+      for (let i = 0; i < plan.deliveries.length; i++) {
+        const job = plan.deliveries[i] as DeliveryJob;
         const started = await direct.start(job);
         if (!started) {
           queued.push(job);
           continue;
         }
         directByKind[job.listenerKind]++;
-        const entryId = entryOf[i] as string;
+        const entryId = plan.entryOf[i] as string;
         const list = attemptsOf.get(entryId);
         if (list) list.push(started.settled);
         else attemptsOf.set(entryId, [started.settled]);
       }
-      for (const [kind, n] of Object.entries(directByKind)) if (n > 0) metrics.fanoutDirect.inc({ listener_kind: kind }, n);
+      for (const [kind, n] of Object.entries(directByKind)) if (n > 0) this.d.metrics.fanoutDirect.inc({ listener_kind: kind }, n);
     }
-    if (queued.length === 1) {
-      // One job: a single script call (addBulk wraps even one job in a MULTI pipeline).
-      const data = queued[0] as DeliveryJob;
-      await this.d.deliveryQueue.add(data.listenerKind, data, deliveryJobOpts(this.d.deliveryJobOptions.attempts, data.deliveryId));
-    } else if (queued.length > 1) {
-      await this.d.deliveryQueue.addBulk(
-        queued.map((data) => ({
-          name: data.listenerKind,
-          data,
-          opts: deliveryJobOpts(this.d.deliveryJobOptions.attempts, data.deliveryId),
-        })),
-      );
-    }
-    if (sourceRuns.length > 0) {
+    await this.d.deliveryJobs.addAll(queued);
+    if (plan.sourceRuns.length > 0) {
       await this.d.sourceRunQueue.addBulk(
-        sourceRuns.map((r) => ({ name: "event", data: r.data, opts: { jobId: r.id, ...SOURCE_RUN_JOB_OPTS } })),
+        plan.sourceRuns.map((r) => ({ name: "event", data: r.data, opts: { jobId: r.id, ...SOURCE_RUN_JOB_OPTS } })),
       );
     }
-    // Only now is the work handed over: the caller may acknowledge and drop the entries, except
-    // those whose direct attempts are still in flight (acknowledged once these settle; if a job
-    // add above failed, none of them is held, and the whole batch is taken over and redone).
-    if (attemptsOf.size === 0) return done;
     for (const [entryId, attempts] of attemptsOf) this.hold(entryId, attempts);
-    return done.filter((id) => !attemptsOf.has(id));
+    return attemptsOf;
   }
 
   isRunning(): boolean {

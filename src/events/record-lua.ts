@@ -16,6 +16,9 @@
  * ARGV[1] user id, ARGV[2] emitter id, ARGV[3] channel, ARGV[4] accepted-at ms, ARGV[5] hops,
  * ARGV[6] emitter kind, then pairs (summary record JSON, payload JSON) per event.
  * Returns the event ids in order.
+ *
+ * The outbox entry's fields (`u,e,c,i,t,h,k,p`) are the wire format `events/outbox.ts` documents and
+ * parses; change both together (test/unit/outbox.test.ts checks that they agree).
  */
 export const RECORD_EVENTS_LUA = `
 if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 0 then return false end

@@ -41,18 +41,6 @@ export interface EventSummary {
   truncated?: true;
 }
 
-export interface OutboxEntry {
-  entryId: string;
-  userId: string;
-  emitterId: string;
-  emitterKind: EmitterKind;
-  channel: string;
-  eventId: string;
-  acceptedAtMs: number;
-  hops: number;
-  payload: string;
-}
-
 export interface RecordInput {
   userId: string;
   emitterId: string;
@@ -113,8 +101,10 @@ export class EventStore {
       glob ? this.keys.subscriptionIndex(input.userId, glob, channel) : exactIndex,
     ];
     if (guardKey !== undefined) keys.push(guardKey);
-    // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
-    return (await (this.redis as any).tribRecordEvents(keys.length, ...keys, ...args)) as string[] | null;
+    // defineCommand (constructor) adds the method at run time; without a fixed key count, the
+    // count comes first.
+    const redis = this.redis as Redis & { tribRecordEvents(numKeys: number, ...keysThenArgs: string[]): Promise<string[] | null> };
+    return redis.tribRecordEvents(keys.length, ...keys, ...args);
   }
 
   /** Summaries newest first; `after`/`before` are event ids; events over 1 KB truncated unless expanded. */

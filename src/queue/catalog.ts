@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { DELIVERY_ORIGINS, type DeliveryOrigin } from "../domain/delivery-plan.js";
 
 /**
  * Every queue and job type, declared once. Producers build payloads through these schemas and
@@ -20,8 +21,11 @@ export type QueueName = (typeof QUEUES)[keyof typeof QUEUES];
 export const listenerKind = z.enum(["webhook", "workflow", "source"]);
 export type ListenerKind = z.infer<typeof listenerKind>;
 
-/** A delivery to a webhook or a workflow's trigger_url. The payload travels with the job because
- * the summary stream keeps only 100 events and may have dropped it by delivery time. */
+/**
+ * A delivery to a webhook or a workflow's trigger_url. The payload travels with the job because
+ * the summary stream keeps only 100 events and may have dropped it by delivery time. Built only by
+ * delivery/jobs.ts; what `origin` and `priorAttempts` mean is domain/delivery-plan.ts.
+ */
 export const deliveryJob = z.object({
   userId: z.string(),
   deliveryId: z.string(),
@@ -35,17 +39,25 @@ export const deliveryJob = z.object({
   /** When the event was accepted (ms), for emit-to-delivered latency. */
   acceptedAtMs: z.number(),
   /**
-   * Added by a fan-out redone after a crash (an outbox entry taken over): the delivery may be
-   * done already, so the worker reads its attempt record first.
+   * Where the job comes from (fanout, direct-retry, redo, replay). Absent in jobs queued by
+   * versions before it existed: delivery/jobs.ts infers it as they did (legacyOrigin).
+   */
+  origin: z.enum(DELIVERY_ORIGINS).optional(),
+  /**
+   * Attempts of the retry schedule made before this job existed: 1 after a direct first attempt
+   * (delivery/direct.ts) handed the retries to the queue, else 0.
+   */
+  priorAttempts: z.number().int().min(0).default(0),
+  /**
+   * The `redo` origin as versions before `origin` marked it. Still written on redo jobs so that a
+   * worker of the previous version, during a rolling upgrade, reads their attempt record first.
    */
   redo: z.literal(true).optional(),
-  /**
-   * Attempts made before this job existed: fan-out made the first attempt directly
-   * (delivery/direct.ts) and handed the retries to the queue. Counts toward the retry schedule.
-   */
-  priorAttempts: z.number().int().min(0).optional(),
 });
-export type DeliveryJob = z.infer<typeof deliveryJob>;
+/** A delivery job as it travels (`origin` may be absent in jobs of an older version). */
+export type DeliveryJobData = z.infer<typeof deliveryJob>;
+/** A delivery job as this version builds it, and reads it once its origin is known. */
+export type DeliveryJob = DeliveryJobData & { origin: DeliveryOrigin };
 
 /** What a source run starts from. */
 export const sourceRunJob = z.discriminatedUnion("kind", [

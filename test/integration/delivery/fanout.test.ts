@@ -4,11 +4,16 @@ import fc from "fast-check";
 import type { Redis } from "ioredis";
 import { Registry } from "prom-client";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { Attempter, uncachedListeners } from "../../../src/delivery/attempt.js";
 import { AttemptLog } from "../../../src/delivery/attempt-log.js";
 import { createSender } from "../../../src/delivery/sender.js";
 import { DirectDelivery, type DirectDeliveryDeps } from "../../../src/delivery/direct.js";
+import { DeliveryJobQueue, newDeliveryJob } from "../../../src/delivery/jobs.js";
 import { DeliveryWorker } from "../../../src/delivery/worker.js";
-import { deliveryIdFor, FANOUT_GROUP, FanoutWorker, uniqueListeners } from "../../../src/events/fanout.js";
+import { JOB_STARTS } from "../../../src/domain/delivery-plan.js";
+import { deliveryIdFor } from "../../../src/domain/ids.js";
+import { FANOUT_GROUP, FanoutWorker } from "../../../src/events/fanout.js";
+import { uniqueListeners } from "../../../src/events/fanout-plan.js";
 import { EventStore } from "../../../src/events/store.js";
 import { createGuardedAgent } from "../../../src/net/guarded-agent.js";
 import { createLogger } from "../../../src/observability/logger.js";
@@ -87,9 +92,8 @@ function fanout(consumer: string, claimIdleMs = 15_000, direct?: DirectDelivery,
     redis: w.redis,
     keys: w.keys,
     subscriptions: w.subscriptions,
-    deliveryQueue: w.deliveryQueue,
+    deliveryJobs: new DeliveryJobQueue(w.deliveryQueue, 4),
     sourceRunQueue: w.sourceRunQueue,
-    deliveryJobOptions: { attempts: 4 },
     logger,
     metrics: createMetrics(fanoutRegistry),
     consumer,
@@ -100,26 +104,32 @@ function fanout(consumer: string, claimIdleMs = 15_000, direct?: DirectDelivery,
   return f;
 }
 
-function deliveryWorker(timeoutMs = 2_000): DeliveryWorker {
+/** The attempter every delivery attempt goes through (queued or direct), on its own sender. */
+function attempter(timeoutMs = 2_000): Attempter {
   const agent = createGuardedAgent({ allowPrivate: true });
   const sender = createSender({ agent, timeoutMs });
-  const connection = w.redis.duplicate();
-  const worker = new DeliveryWorker({
-    connection,
-    prefix: w.keys.bullPrefix,
-    concurrency: 4,
+  const webhooks = new WebhookStore(w.ctx);
+  w.closers.push(async () => {
+    await sender.close();
+    await agent.close();
+  });
+  return new Attempter({
     sender,
     attemptLog: w.attemptLog,
-    webhooks: new WebhookStore(w.ctx),
-    workflows: new WorkflowStore(w.ctx),
+    listeners: uncachedListeners(webhooks, new WorkflowStore(w.ctx)),
+    webhooks,
     scheduleMs: [100, 200, 400],
     logger,
     metrics: createMetrics(new Registry()),
   });
+}
+
+/** The BullMQ delivery worker, not started. */
+function deliveryWorker(through = attempter()): DeliveryWorker {
+  const connection = w.redis.duplicate();
+  const worker = new DeliveryWorker({ connection, prefix: w.keys.bullPrefix, concurrency: 4, attempter: through, logger });
   w.closers.push(async () => {
     await worker.close();
-    await sender.close();
-    await agent.close();
     connection.disconnect();
   });
   return worker;
@@ -219,15 +229,11 @@ describe("fan-out redo", () => {
   });
 });
 
-/** Direct delivery through `worker` (its attemptFirst, unless `attemptFirst` replaces it). */
-function direct(
-  worker: DeliveryWorker,
-  opts: { concurrency?: number; clogMs?: number; attemptFirst?: DirectDeliveryDeps["attemptFirst"] } = {},
-) {
+/** Direct delivery through `through`. */
+function direct(through: DirectDeliveryDeps["attempter"], opts: { concurrency?: number; clogMs?: number } = {}) {
   return new DirectDelivery({
-    attemptFirst: opts.attemptFirst ?? ((job) => worker.attemptFirst(job)),
-    queue: w.deliveryQueue,
-    attempts: 4,
+    attempter: through,
+    jobs: new DeliveryJobQueue(w.deliveryQueue, 4),
     concurrency: opts.concurrency ?? 8,
     clogMs: opts.clogMs ?? 100,
     logger,
@@ -259,7 +265,7 @@ describe("direct first attempts (delivery/direct.ts)", () => {
   it("makes the first attempt itself: delivered without a job, recorded, counted, and the entry acknowledged", async () => {
     const path = `/direct-${randomBytes(4).toString("hex")}`;
     const { userId, hook } = await hookedUser(path, "p_direct");
-    await fanout("direct", 15_000, direct(deliveryWorker())).start();
+    await fanout("direct", 15_000, direct(attempter())).start();
     await recordEvents(userId, "p_direct", 3);
     await rx.waitFor((r) => r.to(path).length === 3, { what: "3 deliveries" });
     expect(rx.to(path).map((r) => r.headers["x-tributary-attempt"])).toEqual(["1", "1", "1"]);
@@ -281,16 +287,16 @@ describe("direct first attempts (delivery/direct.ts)", () => {
     const path = `/direct-retry-${randomBytes(4).toString("hex")}`;
     const { userId, hook, deliveryOf } = await hookedUser(path, "p_direct_retry");
     answers.set(path, (req) => (req.nthOnPath === 1 ? { status: 500, body: "try later" } : { status: 200 }));
-    const worker = deliveryWorker();
-    worker.start();
-    await fanout("direct-retry", 15_000, direct(worker)).start();
+    const through = attempter();
+    deliveryWorker(through).start();
+    await fanout("direct-retry", 15_000, direct(through)).start();
     const [eventId] = await recordEvents(userId, "p_direct_retry", 1);
     await rx.waitFor((r) => r.to(path).length === 2, { what: "2 attempts" });
     const [first, second] = rx.to(path);
     expect([first?.headers["x-tributary-attempt"], second?.headers["x-tributary-attempt"]]).toEqual(["1", "2"]);
     expect(second?.headers["webhook-id"]).toBe(first?.headers["webhook-id"]);
     const job = await w.deliveryQueue.getJob(deliveryOf(eventId as string));
-    expect(job?.data.priorAttempts).toBe(1);
+    expect(job?.data).toMatchObject({ origin: "direct-retry", priorAttempts: 1 });
     expect(job?.opts.attempts).toBe(3); // the schedule's 4 attempts, less the direct one
     await waitFor(async () => (await w.attemptLog.get(userId, deliveryOf(eventId as string)))?.status === "delivered", {
       what: "the delivery recorded as delivered",
@@ -315,7 +321,7 @@ describe("direct first attempts (delivery/direct.ts)", () => {
       return { status: 200 };
     });
     try {
-      await fanout("direct-full", 15_000, direct(deliveryWorker(), { concurrency: 1, clogMs: 20 })).start();
+      await fanout("direct-full", 15_000, direct(attempter(), { concurrency: 1, clogMs: 20 })).start();
       const [held] = await recordEvents(userId, "p_direct_full", 1);
       await rx.waitFor((r) => r.to(path).length === 1, { what: "the first attempt" });
       const more = await recordEvents(userId, "p_direct_full", 3);
@@ -343,7 +349,7 @@ describe("direct first attempts (delivery/direct.ts)", () => {
       return { status: 200 };
     });
     // One slot, and attempts count as slow only after 5 s: each event waits for the one before.
-    await fanout("direct-wait", 15_000, direct(deliveryWorker(), { concurrency: 1, clogMs: 5_000 })).start();
+    await fanout("direct-wait", 15_000, direct(attempter(), { concurrency: 1, clogMs: 5_000 })).start();
     await recordEvents(userId, "p_direct_wait", 3);
     const delivered = async () => (await w.attemptLog.list(userId, hook.id, { limit: 10 })).data.filter((d) => d.status === "delivered");
     await waitFor(async () => (await delivered()).length === 3, { what: "3 delivered records" });
@@ -362,7 +368,7 @@ describe("direct first attempts (delivery/direct.ts)", () => {
       return { status: 200 };
     });
     // Entries idle for 2.5 s are taken over (well above the 1 s the loop may block reading).
-    await fanout("lease-a", 2_500, direct(deliveryWorker(7_000))).start();
+    await fanout("lease-a", 2_500, direct(attempter(7_000))).start();
     const [eventId] = await recordEvents(userId, "p_direct_lease", 1);
     await rx.waitFor((r) => r.to(path).length === 1, { what: "the first attempt" });
     // A second consumer (another process: its own blocking connection) that takes over entries
@@ -384,15 +390,16 @@ describe("direct first attempts (delivery/direct.ts)", () => {
   it("queues a delivery as a redo when its direct attempt fails unexpectedly", async () => {
     const path = `/direct-broken-${randomBytes(4).toString("hex")}`;
     const { userId, deliveryOf } = await hookedUser(path, "p_direct_broken");
-    const broken = direct(deliveryWorker(), {
-      attemptFirst: async () => {
+    const broken = direct({
+      attempt: async () => {
         throw new Error("the attempt log is unwritable");
       },
     });
     await fanout("direct-broken", 15_000, broken).start();
     const [eventId] = await recordEvents(userId, "p_direct_broken", 1);
     const job = await waitFor(() => w.deliveryQueue.getJob(deliveryOf(eventId as string)), { what: "the redo job" });
-    expect(job.data.redo).toBe(true);
+    // `redo: true` too, for a worker of the previous version during a rolling upgrade.
+    expect(job.data).toMatchObject({ origin: "redo", priorAttempts: 0, redo: true });
     expect(job.opts.attempts).toBe(4);
     await waitFor(async () => (await outboxPending()) === 0, { what: "the entry acknowledged once the job exists" });
   });
@@ -403,17 +410,14 @@ describe("delivery worker: attempt record reads", () => {
     const userId = newUserId();
     const path = `/takeover-${randomBytes(4).toString("hex")}`;
     const hook = await newWebhook(userId, path);
-    const job = (deliveryId: string, eventId: string) => ({
-      userId,
-      deliveryId,
-      listenerKind: "webhook" as const,
-      listenerId: hook.id,
-      emitterId: "p_takeover",
-      channel: "",
-      eventId,
-      payload: JSON.stringify({ deliveryId }),
-      acceptedAtMs: Date.now(),
-    });
+    const job = (deliveryId: string, eventId: string) =>
+      newDeliveryJob(
+        { userId, emitterId: "p_takeover", channel: "", eventId, payload: JSON.stringify({ deliveryId }), acceptedAtMs: Date.now() },
+        hook.id,
+        "webhook",
+        deliveryId,
+        JOB_STARTS.fanout,
+      );
     // Two deliveries the log already holds as delivered (their worker died before finishing the job).
     const [started, fresh] = ["d_takeoverstarted0001", "d_takeoverfresh000001"];
     for (const [id, eventId] of [
@@ -451,17 +455,13 @@ describe("delivery worker: attempt record reads", () => {
     const path = `/redo-failed-${randomBytes(4).toString("hex")}`;
     const { hook, deliveryOf } = await hookedUser(path, "p_redo_failed", userId);
     const deliveryId = deliveryOf("1-1");
-    const data = {
-      userId,
+    const data = newDeliveryJob(
+      { userId, emitterId: "p_redo_failed", channel: "", eventId: "1-1", payload: "{}", acceptedAtMs: Date.now() },
+      hook.id,
+      "webhook",
       deliveryId,
-      listenerKind: "webhook" as const,
-      listenerId: hook.id,
-      emitterId: "p_redo_failed",
-      channel: "",
-      eventId: "1-1",
-      payload: "{}",
-      acceptedAtMs: Date.now(),
-    };
+      JOB_STARTS.redo,
+    );
     await w.attemptLog.upsert(
       {
         id: deliveryId,
@@ -476,7 +476,7 @@ describe("delivery worker: attempt record reads", () => {
       },
       { status: "failed", attempt: { at: new Date().toISOString(), status_code: 400, duration_ms: 1, error: "HTTP 400" } },
     );
-    await w.deliveryQueue.add("webhook", { ...data, redo: true }, { jobId: deliveryId });
+    await w.deliveryQueue.add("webhook", data, { jobId: deliveryId });
     deliveryWorker().start();
     await waitFor(async () => (await w.deliveryQueue.getJobCounts("completed")).completed === 1, { what: "the redo job to complete" });
     expect(rx.to(path)).toHaveLength(0);
@@ -507,18 +507,13 @@ describe("delivery worker: attempt record reads", () => {
         attempt: { at: new Date().toISOString(), status_code: 500, duration_ms: 1, error: "HTTP 500" },
       });
     }
-    const data = {
-      userId,
+    const data = newDeliveryJob(
+      { userId, emitterId: base.emitter_id, channel: "", eventId: "1-1", payload: "{}", acceptedAtMs: base.accepted_at_ms },
+      hook.id,
+      "webhook",
       deliveryId,
-      listenerKind: "webhook" as const,
-      listenerId: hook.id,
-      emitterId: base.emitter_id,
-      channel: "",
-      eventId: "1-1",
-      payload: "{}",
-      acceptedAtMs: base.accepted_at_ms,
-      redo: true as const,
-    };
+      JOB_STARTS.redo,
+    );
     await w.deliveryQueue.add("webhook", data, { jobId: deliveryId, attempts: 4 });
     deliveryWorker().start();
     // The fourth attempt is the schedule's last: it gives up instead of starting the schedule over.

@@ -1,0 +1,174 @@
+import { planAttempt, readsRecord, type RunCounts } from "../domain/delivery-plan.js";
+import { classifyAttempt, describeAnswer, type Outcome } from "../domain/delivery-outcome.js";
+import type { Logger } from "../observability/logger.js";
+import type { Metrics } from "../observability/metrics.js";
+import type { DeliveryJob } from "../queue/catalog.js";
+import type { WebhookRecord, WebhookStore } from "../store/webhooks.js";
+import type { ListenerCache } from "../store/listener-cache.js";
+import type { WorkflowRecord, WorkflowStore } from "../store/workflows.js";
+import type { AttemptLog, DeliveryRecord } from "./attempt-log.js";
+import { recordBaseOf } from "./jobs.js";
+import { type Destination, prepareRequest } from "./prepare.js";
+import type { Sender, SendResult } from "./sender.js";
+
+export interface AttempterDeps {
+  sender: Sender;
+  attemptLog: AttemptLog;
+  /**
+   * Where attempts read webhooks (`get`) and workflows: the daemon's listener cache, so an attempt
+   * costs no Redis read for them; `uncachedListeners` in tests.
+   */
+  listeners: Pick<ListenerCache, "get" | "workflow">;
+  /** Where a 410 Gone deactivates a webhook. */
+  webhooks: Pick<WebhookStore, "update">;
+  scheduleMs: readonly number[];
+  logger: Logger;
+  metrics: Metrics;
+  now?: () => number;
+  random?: () => number;
+}
+
+/**
+ * The "resolve target" phase's answer: where the attempt goes, or why it does not: `gone` when
+ * the listener was deleted (its attempt log went with it, so nothing is recorded), `undeliverable`
+ * for a listener that cannot receive.
+ */
+type Target = Destination | { readonly skip: string; readonly why: "gone" | "inactive" | "undeliverable" };
+
+/**
+ * Makes one delivery attempt, for the queue's worker (delivery/worker.ts) and for fan-out's direct
+ * first attempts (delivery/direct.ts) alike, in phases:
+ *
+ *   plan (domain/delivery-plan.ts) → resolve target ∥ read the record → prepare headers and
+ *   signature (delivery/prepare.ts) → send → classify (domain/delivery-outcome.ts) → record in
+ *   the attempt log → act on the verdict.
+ *
+ * Returns the verdict, or undefined when nothing was sent (done already, listener gone, inactive
+ * or undeliverable). "retry" is left to the caller: BullMQ's backoff, or a queued job.
+ */
+export class Attempter {
+  private readonly now: () => number;
+  private readonly random: () => number;
+
+  constructor(private readonly d: AttempterDeps) {
+    this.now = d.now ?? Date.now;
+    this.random = d.random ?? Math.random;
+  }
+
+  async attempt(job: DeliveryJob, run: RunCounts): Promise<Outcome | undefined> {
+    const [record, target] = await Promise.all([
+      readsRecord(job, run) ? this.d.attemptLog.get(job.userId, job.deliveryId) : undefined,
+      this.resolveTarget(job),
+    ]);
+    const plan = planAttempt(job, run, record);
+    if (plan.kind === "skip") return undefined;
+    if ("skip" in target) {
+      await this.recordSkipped(job, target, record);
+      return undefined;
+    }
+    const nowMs = this.now();
+    const result = await this.d.sender.send(prepareRequest(job, target, plan.headerAttempt, nowMs));
+    this.d.metrics.deliveryAttemptDuration.observe({ listener_kind: job.listenerKind }, result.durationMs / 1000);
+    const outcome = classifyAttempt({
+      statusCode: "statusCode" in result ? result.statusCode : undefined,
+      errorKind: "errorKind" in result ? result.errorKind : undefined,
+      retryAfter: "retryAfter" in result ? result.retryAfter : null,
+      attemptsMade: plan.position,
+      scheduleMs: this.d.scheduleMs,
+      nowMs,
+      random: this.random,
+    });
+    await this.record(job, nowMs, result, outcome, record);
+    await this.act(job, outcome);
+    return outcome;
+  }
+
+  /**
+   * Marks a delivery failed that the queue gave up on without a verdict (an unexpected error on
+   * its last attempt), so it does not sit "pending" forever and can be replayed. A delivered
+   * record stays delivered (a late duplicate run).
+   */
+  async giveUp(job: DeliveryJob): Promise<void> {
+    await this.d.attemptLog.upsert(recordBaseOf(job), { status: "failed", keepDelivered: true });
+  }
+
+  private resolveTarget(job: DeliveryJob): Promise<Target> {
+    return job.listenerKind === "webhook"
+      ? this.d.listeners.get(job.userId, job.listenerId).then(webhookTarget)
+      : this.d.listeners.workflow(job.userId, job.listenerId).then(workflowTarget);
+  }
+
+  private async recordSkipped(job: DeliveryJob, target: Exclude<Target, Destination>, record: DeliveryRecord | undefined): Promise<void> {
+    this.d.metrics.deliveries.inc({
+      listener_kind: job.listenerKind,
+      outcome: target.why === "undeliverable" ? "undeliverable" : "skipped",
+    });
+    this.d.logger.debug({ deliveryId: job.deliveryId, reason: target.skip }, "delivery skipped");
+    // A deleted listener took its attempt log with it: nothing to record (or to resurrect).
+    if (target.why === "gone") return;
+    await this.d.attemptLog.upsert(
+      recordBaseOf(job),
+      { status: "failed", attempt: { at: new Date(this.now()).toISOString(), status_code: null, duration_ms: 0, error: target.skip } },
+      record,
+    );
+  }
+
+  private async record(job: DeliveryJob, startedMs: number, result: SendResult, outcome: Outcome, known: DeliveryRecord | undefined) {
+    const status = outcome.kind === "delivered" ? "delivered" : outcome.kind === "retry" ? "pending" : "failed";
+    await this.d.attemptLog.upsert(
+      recordBaseOf(job),
+      {
+        status,
+        attempt: {
+          at: new Date(startedMs).toISOString(),
+          status_code: "statusCode" in result ? result.statusCode : null,
+          duration_ms: Math.round(result.durationMs),
+          error:
+            "error" in result ? result.error : outcome.kind === "delivered" ? null : describeAnswer(outcome.reason, result.responseSnippet),
+        },
+      },
+      known,
+    );
+  }
+
+  private async act(job: DeliveryJob, outcome: Outcome): Promise<void> {
+    const kind = job.listenerKind;
+    switch (outcome.kind) {
+      case "delivered":
+        this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "delivered" });
+        this.d.metrics.emitToDelivered.observe({ listener_kind: kind }, Math.max(0, this.now() - job.acceptedAtMs) / 1000);
+        return;
+      case "retry":
+        this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "retry" });
+        return;
+      case "give_up":
+        this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "failed" });
+        return;
+      case "deactivate":
+        this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "deactivated" });
+        if (kind === "webhook") await this.d.webhooks.update(job.userId, job.listenerId, { active: false });
+        return;
+      default: {
+        const never: never = outcome;
+        throw new Error(`unknown outcome ${JSON.stringify(never)}`);
+      }
+    }
+  }
+}
+
+function webhookTarget(w: WebhookRecord | undefined): Target {
+  if (!w) return { skip: "webhook was deleted", why: "gone" };
+  if (!w.active) return { skip: "webhook is inactive", why: "inactive" };
+  return { url: w.url, secret: w.signing_secret };
+}
+
+function workflowTarget(wf: WorkflowRecord | undefined): Target {
+  if (!wf) return { skip: "workflow was deleted", why: "gone" };
+  if (!wf.trigger_url) return { skip: "undeliverable: the workflow has no trigger_url", why: "undeliverable" };
+  return { url: wf.trigger_url, secret: null };
+}
+
+/** Listener reads straight from the stores (a Redis read per attempt), where no cache runs. */
+export function uncachedListeners(webhooks: Pick<WebhookStore, "get">, workflows: Pick<WorkflowStore, "get">): AttempterDeps["listeners"] {
+  return { get: (userId, id) => webhooks.get(userId, id), workflow: (userId, id) => workflows.get(userId, id) };
+}

@@ -1,0 +1,135 @@
+import type { Queue } from "bullmq";
+import { type JobLifecycle, JOB_STARTS, jobBudget, legacyOrigin } from "../domain/delivery-plan.js";
+import { deliveryJob, type DeliveryJob, type DeliveryJobData } from "../queue/catalog.js";
+import { deliveryJobOpts } from "../queue/job-options.js";
+import type { DeliveryBase, DeliveryRecord } from "./attempt-log.js";
+
+/**
+ * Every delivery job is built, read and queued here: fan-out's first attempts, the retries after a
+ * direct first attempt, redos and replays. Their lifecycle rules are domain/delivery-plan.ts.
+ */
+
+/** What a delivery is made of, as fan-out reads it from the outbox (an OutboxEntry is one). */
+export interface EventToDeliver {
+  readonly userId: string;
+  readonly emitterId: string;
+  readonly channel: string;
+  readonly eventId: string;
+  readonly payload: string;
+  readonly acceptedAtMs: number;
+}
+
+/**
+ * A delivery of `event` to a webhook or workflow, starting at `start` (JOB_STARTS). One literal
+ * and plain arguments (no spreads, no listener object): fan-out builds one per delivery.
+ */
+export function newDeliveryJob(
+  event: EventToDeliver,
+  listenerId: string,
+  listenerKind: "webhook" | "workflow",
+  deliveryId: string,
+  start: JobLifecycle,
+): DeliveryJob {
+  const job: DeliveryJob = {
+    userId: event.userId,
+    deliveryId,
+    listenerKind,
+    listenerId,
+    emitterId: event.emitterId,
+    channel: event.channel,
+    eventId: event.eventId,
+    payload: event.payload,
+    acceptedAtMs: event.acceptedAtMs,
+    origin: start.origin,
+    priorAttempts: start.priorAttempts,
+  };
+  // For workers of the previous version during a rolling upgrade (see the catalog).
+  if (start.origin === "redo") job.redo = true;
+  return job;
+}
+
+/** The job that goes on with `job`'s delivery from `start` (after a direct attempt: retry or redo). */
+export function continueDelivery(job: DeliveryJob, start: JobLifecycle): DeliveryJob {
+  return newDeliveryJob(job, job.listenerId, job.listenerKind, job.deliveryId, start);
+}
+
+/** The replay of a delivery the attempt log holds (its payload is kept while it is not delivered). */
+export function replayJob(record: DeliveryRecord): DeliveryJob {
+  return newDeliveryJob(
+    {
+      userId: record.user_id,
+      emitterId: record.emitter_id,
+      channel: record.event_name,
+      eventId: record.event_id,
+      payload: record.payload,
+      acceptedAtMs: record.accepted_at_ms,
+    },
+    record.listener_id,
+    record.listener_kind,
+    record.id,
+    JOB_STARTS.replay,
+  );
+}
+
+/** A replay's BullMQ job id: its own, so it never collides with the delivery's earlier jobs. */
+export function replayJobId(deliveryId: string, replays: number): string {
+  return `${deliveryId}-r${replays}`;
+}
+
+function hasOrigin(data: DeliveryJobData): data is DeliveryJob {
+  return data.origin !== undefined;
+}
+
+/**
+ * A delivery job as a worker takes it from the queue. Throws (zod) on a malformed job. A job
+ * queued by a version before `origin` gets the origin that version would have inferred.
+ */
+export function readDeliveryJob(data: unknown, jobId: string | undefined): DeliveryJob {
+  const parsed = deliveryJob.parse(data);
+  if (hasOrigin(parsed)) return parsed;
+  return { ...parsed, origin: legacyOrigin(parsed, jobId !== parsed.deliveryId) };
+}
+
+/** The attempt-log record a delivery's first write creates (all of it is in the job). */
+export function recordBaseOf(job: DeliveryJob): DeliveryBase {
+  return {
+    id: job.deliveryId,
+    user_id: job.userId,
+    listener_id: job.listenerId,
+    listener_kind: job.listenerKind,
+    event_id: job.eventId,
+    emitter_id: job.emitterId,
+    event_name: job.channel,
+    payload: job.payload,
+    accepted_at_ms: job.acceptedAtMs,
+  };
+}
+
+/**
+ * The delivery queue as producers use it: each job gets the budget its lifecycle leaves it
+ * (jobBudget) and, but for replays, the delivery id as its job id, so a redone fan-out finds the
+ * job it added before and adds nothing twice.
+ */
+export class DeliveryJobQueue {
+  constructor(
+    private readonly queue: Queue,
+    /** Attempts in the whole retry schedule (the first one included). */
+    private readonly maxAttempts: number,
+  ) {}
+
+  private opts(job: DeliveryJob, jobId: string) {
+    return deliveryJobOpts(jobBudget(job, this.maxAttempts), jobId);
+  }
+
+  async add(job: DeliveryJob, how: { readonly delayMs?: number; readonly jobId?: string } = {}): Promise<void> {
+    const opts = this.opts(job, how.jobId ?? job.deliveryId);
+    await this.queue.add(job.listenerKind, job, how.delayMs === undefined ? opts : { ...opts, delay: how.delayMs });
+  }
+
+  async addAll(jobs: readonly DeliveryJob[]): Promise<void> {
+    if (jobs.length === 0) return;
+    // One job: a single script call (addBulk wraps even one job in a MULTI pipeline).
+    if (jobs.length === 1) return this.add(jobs[0] as DeliveryJob);
+    await this.queue.addBulk(jobs.map((job) => ({ name: job.listenerKind, data: job, opts: this.opts(job, job.deliveryId) })));
+  }
+}

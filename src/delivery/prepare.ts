@@ -1,0 +1,35 @@
+import { signPayload } from "../domain/signing.js";
+import type { DeliveryJob } from "../queue/catalog.js";
+import type { SendRequest } from "./sender.js";
+import { eventNameHeader } from "../domain/channel-name.js";
+
+/** Where an attempt goes: a webhook's URL and signing secret, or a workflow's trigger_url (no secret). */
+export interface Destination {
+  readonly url: string;
+  readonly secret: string | null;
+}
+
+/**
+ * The "prepare" phase of an attempt: the request it sends, with the Tributary and Standard
+ * Webhooks headers and, for a webhook, the signature. Pure but for the HMAC (deterministic).
+ * `headerAttempt` is the attempt's number as the attempt log counts it (AttemptPlan); `nowMs`
+ * dates the signature.
+ */
+export function prepareRequest(job: DeliveryJob, to: Destination, headerAttempt: number, nowMs: number): SendRequest {
+  const timestamp = Math.floor(nowMs / 1000);
+  // One literal (no spreads or Object.assign): this runs once per attempt.
+  const headers: Record<string, string> = {
+    "content-type": "application/json",
+    "user-agent": "Tributary-Webhooks/1",
+    "x-tributary-emitter-id": job.emitterId,
+    "x-tributary-event-id": job.eventId,
+    "x-tributary-event-name": eventNameHeader(job.channel),
+    "x-tributary-attempt": String(headerAttempt),
+    "x-tributary-delivery-id": job.deliveryId,
+    "webhook-id": job.deliveryId,
+    "webhook-timestamp": String(timestamp),
+  };
+  // Workflow deliveries are not signed (a workflow has no signing secret).
+  if (to.secret) headers["webhook-signature"] = signPayload(to.secret, job.deliveryId, timestamp, job.payload);
+  return { url: to.url, body: job.payload, headers };
+}

@@ -1,0 +1,97 @@
+import { type DeliveryOrigin, JOB_STARTS } from "../domain/delivery-plan.js";
+import { deliveryIdFor, type ListenerKind, listenerKindOf, sourceRunIdFor } from "../domain/ids.js";
+import { newDeliveryJob } from "../delivery/jobs.js";
+import type { DeliveryJob, SourceRunJob } from "../queue/catalog.js";
+import type { OutboxEntry } from "./outbox.js";
+
+/**
+ * What fan-out makes of a batch of outbox entries, decided without I/O: one delivery per webhook
+ * or workflow listener and one source run per source listener, with deterministic ids, so a batch
+ * fanned out twice yields the same jobs. FanoutWorker (fanout.ts) looks the listeners up and
+ * dispatches the plan.
+ */
+
+/** One (user, emitter, channel) whose subscriptions the batch needs. */
+export interface Lookup {
+  readonly userId: string;
+  readonly emitterId: string;
+  readonly channel: string;
+}
+
+/**
+ * The distinct lookups of a batch (entries of one emitter and channel share theirs), and for each
+ * entry the index of its lookup.
+ */
+export function planLookups(entries: readonly OutboxEntry[]): { lookups: Lookup[]; lookupOf: number[] } {
+  const index = new Map<string, number>();
+  const lookups: Lookup[] = [];
+  const lookupOf: number[] = [];
+  for (const e of entries) {
+    const key = `${e.userId}\n${e.emitterId}\n${e.channel}`;
+    let at = index.get(key);
+    if (at === undefined) {
+      at = lookups.push({ userId: e.userId, emitterId: e.emitterId, channel: e.channel }) - 1;
+      index.set(key, at);
+    }
+    lookupOf.push(at);
+  }
+  return { lookups, lookupOf };
+}
+
+/** One delivery per listener and event, even when an exact and a glob subscription both match. */
+export function uniqueListeners(subs: readonly { readonly listener_id: string }[]): string[] {
+  return [...new Set(subs.map((s) => s.listener_id))];
+}
+
+export interface FanoutPlan {
+  /** Webhook and workflow deliveries, in entry order. */
+  readonly deliveries: DeliveryJob[];
+  /** The outbox entry of each delivery (same index). */
+  readonly entryOf: string[];
+  readonly sourceRuns: { readonly id: string; readonly data: SourceRunJob }[];
+  /** Deliveries and source runs per listener kind (tributary_fanout_deliveries_total). */
+  readonly counts: Record<ListenerKind, number>;
+}
+
+/** `redo` for entries taken over from another consumer (or read again): their deliveries may be done already. */
+export type FanoutOrigin = Extract<DeliveryOrigin, "fanout" | "redo">;
+
+/**
+ * The plan for `entries`, given the listeners each one matched (`matches[i]` for `entries[i]`,
+ * each listener once: uniqueListeners).
+ */
+export function planFanout(entries: readonly OutboxEntry[], matches: readonly (readonly string[])[], origin: FanoutOrigin): FanoutPlan {
+  const start = origin === "redo" ? JOB_STARTS.redo : JOB_STARTS.fanout;
+  const deliveries: DeliveryJob[] = [];
+  const entryOf: string[] = [];
+  const sourceRuns: { id: string; data: SourceRunJob }[] = [];
+  const counts = { webhook: 0, workflow: 0, source: 0 };
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i] as OutboxEntry;
+    for (const listenerId of matches[i] ?? []) {
+      const kind = listenerKindOf(listenerId);
+      if (kind === "webhook" || kind === "workflow") {
+        counts[kind]++;
+        deliveries.push(newDeliveryJob(e, listenerId, kind, deliveryIdFor(e, listenerId), start));
+        entryOf.push(e.entryId);
+      } else if (kind === "source") {
+        counts.source++;
+        sourceRuns.push({
+          id: sourceRunIdFor(e, listenerId),
+          data: {
+            kind: "event",
+            userId: e.userId,
+            sourceId: listenerId,
+            emitterId: e.emitterId,
+            channel: e.channel,
+            eventId: e.eventId,
+            payload: e.payload,
+            hops: e.emitterKind === "source" ? e.hops + 1 : 0,
+            acceptedAtMs: e.acceptedAtMs,
+          },
+        });
+      }
+    }
+  }
+  return { deliveries, entryOf, sourceRuns, counts };
+}
