@@ -176,7 +176,9 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     randomBytes: ctx.randomBytes,
     slugify,
   });
-  const webhooks = new WebhookService(webhookStore, subscriptionStore, ctx.randomBytes);
+  const webhooks = new WebhookService(webhookStore, subscriptionStore, ctx.randomBytes, {
+    secretRotationOverlapMs: config.webhookSecretRotationOverlapSeconds * 1000,
+  });
   const subscriptions = new SubscriptionService(subscriptionStore, sourceStore, webhookStore, workflows);
   const users = new UserService(
     userStore,

@@ -87,6 +87,11 @@ export const envSchema = z.object({
   DELIVERY_DIRECT_CONCURRENCY: int(0, 1000).default(64),
   /** Deliveries kept per webhook in the attempt log. */
   DELIVERY_LOG_LIMIT: int(10, 100_000).default(1000),
+  /**
+   * How long a webhook's previous signing secret stays in effect after a rotation (deliveries are
+   * signed with both meanwhile); Svix's 24 h by default, at most 30 days, 0 = it ends at once.
+   */
+  WEBHOOK_SECRET_ROTATION_OVERLAP_SECONDS: int(0, 2_592_000).default(86_400),
   /** Smallest accepted timer interval. */
   TIMER_MIN_INTERVAL_SECONDS: int(1, 86_400).default(15),
   /** Largest accepted request body (Pipedream's limit is 512 KB). */
@@ -166,6 +171,7 @@ export interface Config {
   readonly deliveryConcurrency: number;
   readonly deliveryDirectConcurrency: number;
   readonly deliveryLogLimit: number;
+  readonly webhookSecretRotationOverlapSeconds: number;
   readonly timerMinIntervalSeconds: number;
   readonly bodyLimitBytes: number;
   readonly freeDailyInvocationsQuota: number;

@@ -1,5 +1,6 @@
 import { planAttempt, readsRecord, type RunCounts } from "../domain/delivery-plan.js";
 import { classifyAttempt, describeAnswer, type Outcome } from "../domain/delivery-outcome.js";
+import { previousSecretInEffect } from "../domain/signing.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { DeliveryJob } from "../queue/catalog.js";
@@ -94,7 +95,7 @@ export class Attempter {
 
   private resolveTarget(job: DeliveryJob): Promise<Target> {
     return job.listenerKind === "webhook"
-      ? this.d.listeners.get(job.userId, job.listenerId).then(webhookTarget)
+      ? this.d.listeners.get(job.userId, job.listenerId).then((w) => webhookTarget(w, this.now()))
       : this.d.listeners.workflow(job.userId, job.listenerId).then(workflowTarget);
   }
 
@@ -156,10 +157,11 @@ export class Attempter {
   }
 }
 
-function webhookTarget(w: WebhookRecord | undefined): Target {
+/** A webhook's previous secret is read from the record at `nowMs`: its overlap ends without a write. */
+function webhookTarget(w: WebhookRecord | undefined, nowMs: number): Target {
   if (!w) return { skip: "webhook was deleted", why: "gone" };
   if (!w.active) return { skip: "webhook is inactive", why: "inactive" };
-  return { url: w.url, secret: w.signing_secret };
+  return { url: w.url, secret: w.signing_secret, previousSecret: previousSecretInEffect(w, nowMs) };
 }
 
 function workflowTarget(wf: WorkflowRecord | undefined): Target {

@@ -1,4 +1,4 @@
-import { signPayload } from "../domain/signing.js";
+import { signatureHeader, signPayload } from "../domain/signing.js";
 import type { DeliveryJob } from "../queue/catalog.js";
 import type { SendRequest } from "./sender.js";
 import { eventNameHeader } from "../domain/channel-name.js";
@@ -7,6 +7,11 @@ import { eventNameHeader } from "../domain/channel-name.js";
 export interface Destination {
   readonly url: string;
   readonly secret: string | null;
+  /**
+   * A webhook's rotated-out secret while its overlap lasts: the attempt carries both signatures,
+   * newest first, so receivers holding either secret verify it.
+   */
+  readonly previousSecret?: string | null;
 }
 
 /**
@@ -30,6 +35,9 @@ export function prepareRequest(job: DeliveryJob, to: Destination, headerAttempt:
     "webhook-timestamp": String(timestamp),
   };
   // Workflow deliveries are not signed (a workflow has no signing secret).
-  if (to.secret) headers["webhook-signature"] = signPayload(to.secret, job.deliveryId, timestamp, job.payload);
+  if (to.secret)
+    headers["webhook-signature"] = to.previousSecret
+      ? signatureHeader([to.secret, to.previousSecret], job.deliveryId, timestamp, job.payload)
+      : signPayload(to.secret, job.deliveryId, timestamp, job.payload);
   return { url: to.url, body: job.payload, headers };
 }

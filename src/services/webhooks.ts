@@ -1,7 +1,7 @@
 import { NotFoundError, ValidationError } from "../domain/errors.js";
 import { hasIdShape, type RandomBytes } from "../domain/ids.js";
 import type { PageRequest } from "../domain/pagination.js";
-import { generateSigningSecret } from "../domain/signing.js";
+import { generateSigningSecret, parseSigningSecret } from "../domain/signing.js";
 import { validateWebhookUrl } from "../domain/url-rules.js";
 import type { Page } from "../store/listing.js";
 import type { SubscriptionStore } from "../store/subscriptions.js";
@@ -22,6 +22,25 @@ export function webhookView(w: WebhookRecord, detail: boolean) {
   };
 }
 
+/** `GET /webhooks/{id}/secret`: the secret alone. */
+export function secretView(w: WebhookRecord) {
+  return { signing_secret: w.signing_secret };
+}
+
+/**
+ * `POST /webhooks/{id}/secret/rotate`: the new secret and when the replaced one stops being used
+ * (ISO 8601). Null only for a webhook never rotated whose secret was "rotated" to itself.
+ */
+export function rotationView(w: WebhookRecord) {
+  const until = w.previous_secret_expires_at_ms;
+  return { signing_secret: w.signing_secret, previous_secret_expires_at: typeof until === "number" ? new Date(until).toISOString() : null };
+}
+
+export interface WebhookServiceOptions {
+  /** How long a replaced signing secret stays in effect (WEBHOOK_SECRET_ROTATION_OVERLAP_SECONDS, in ms). */
+  readonly secretRotationOverlapMs: number;
+}
+
 function optionalText(raw: unknown, name: string): string | null | undefined {
   if (raw === undefined) return undefined;
   if (raw === null || raw === "") return null;
@@ -35,6 +54,7 @@ export class WebhookService {
     private readonly store: WebhookStore,
     private readonly subscriptions: SubscriptionStore,
     private readonly randomBytes: RandomBytes,
+    private readonly opts: WebhookServiceOptions,
   ) {}
 
   create(userId: string, params: Record<string, unknown>): Promise<WebhookRecord> {
@@ -44,8 +64,25 @@ export class WebhookService {
       url,
       name: optionalText(params.name, "name") ?? null,
       description: optionalText(params.description, "description") ?? null,
-      signingSecret: generateSigningSecret((n) => Buffer.from(this.randomBytes(n))),
+      signingSecret: this.newSecret(),
     });
+  }
+
+  /**
+   * Rotates the signing secret to `params.signing_secret` (validated) or a new random one. The
+   * replaced secret keeps signing deliveries, beside the new one, for the configured overlap.
+   */
+  async rotateSecret(userId: string, id: unknown, params: Record<string, unknown>): Promise<WebhookRecord> {
+    const chosen = params.signing_secret;
+    const secret = chosen === undefined || chosen === null ? this.newSecret() : parseSigningSecret(chosen);
+    const current = await this.get(userId, id);
+    const rotated = await this.store.rotateSecret(userId, current.id, secret, this.opts.secretRotationOverlapMs);
+    if (!rotated) throw new NotFoundError("webhook not found");
+    return rotated;
+  }
+
+  private newSecret(): string {
+    return generateSigningSecret((n) => Buffer.from(this.randomBytes(n)));
   }
 
   async get(userId: string, id: unknown): Promise<WebhookRecord> {

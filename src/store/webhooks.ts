@@ -1,12 +1,15 @@
 import type { PageRequest } from "../domain/pagination.js";
 import { newId } from "../domain/ids.js";
+import { ConflictError } from "../domain/errors.js";
 import { limitReached, UNLIMITED, type UserLimits } from "../domain/limits.js";
+import { rotateSecrets } from "../domain/signing.js";
 import { CAPPED_INSERT_LUA } from "./capped-insert-lua.js";
 import { epochSeconds, parseStored, type StoreContext } from "./context.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
 import { LocalChanges } from "./local-changes.js";
 import { listenerChangeMessage } from "./keys.js";
+import { REPLACE_AND_PUBLISH_LUA } from "./replace-and-publish-lua.js";
 
 export interface WebhookRecord {
   id: string;
@@ -18,6 +21,10 @@ export interface WebhookRecord {
   created_at: number;
   updated_at: number;
   signing_secret: string;
+  /** After a rotation: the replaced secret, in effect until `previous_secret_expires_at_ms`. */
+  previous_signing_secret?: string | null;
+  /** Epoch ms; absent on records never rotated. */
+  previous_secret_expires_at_ms?: number | null;
 }
 
 export interface WebhookPatch {
@@ -27,6 +34,12 @@ export interface WebhookPatch {
   active?: boolean;
 }
 
+/**
+ * Rounds of re-reading before a contended update gives up with 409. Each lost round is another
+ * writer's win, and each writer wins once, so fewer concurrent writers to one webhook never get here.
+ */
+const MAX_MODIFY_ROUNDS = 50;
+
 export class WebhookStore {
   /**
    * The change message of every update or deletion made through this store, in this process;
@@ -35,6 +48,7 @@ export class WebhookStore {
   readonly changes = new LocalChanges();
 
   private readonly cappedInsert: ScriptCall;
+  private readonly replaceAndPublish: ScriptCall;
 
   constructor(
     private readonly ctx: StoreContext,
@@ -42,6 +56,7 @@ export class WebhookStore {
     private readonly limits: UserLimits = UNLIMITED,
   ) {
     this.cappedInsert = defineScript(ctx.redis, "tribCappedInsert", 2, CAPPED_INSERT_LUA);
+    this.replaceAndPublish = defineScript(ctx.redis, "tribReplaceAndPublish", 1, REPLACE_AND_PUBLISH_LUA);
   }
 
   /**
@@ -89,21 +104,49 @@ export class WebhookStore {
   }
 
   /** Applies a patch; undefined when the webhook does not exist. */
-  async update(userId: string, id: string, patch: WebhookPatch): Promise<WebhookRecord | undefined> {
-    const current = await this.get(userId, id);
-    if (!current) return undefined;
-    const next: WebhookRecord = { ...current, ...definedOnly(patch), updated_at: epochSeconds(this.ctx.now()) };
-    // SET XX: a webhook deleted meanwhile is not resurrected. Listener caches learn of the change
-    // from the message published in the same transaction.
+  update(userId: string, id: string, patch: WebhookPatch): Promise<WebhookRecord | undefined> {
+    return this.modify(userId, id, (current) => ({ ...current, ...definedOnly(patch), updated_at: epochSeconds(this.ctx.now()) }));
+  }
+
+  /**
+   * Makes `secret` the signing secret; the replaced one stays in effect for `overlapMs`
+   * (domain/signing.ts `rotateSecrets`). Undefined when the webhook does not exist.
+   */
+  rotateSecret(userId: string, id: string, secret: string, overlapMs: number): Promise<WebhookRecord | undefined> {
+    return this.modify(userId, id, (current) => {
+      const nowMs = this.ctx.now();
+      const secrets = rotateSecrets(current, secret, nowMs, overlapMs);
+      if (secrets.signing_secret === current.signing_secret) return current;
+      return { ...current, ...secrets, updated_at: epochSeconds(nowMs) };
+    });
+  }
+
+  /**
+   * Read, change, write back, as one atomic step (REPLACE_AND_PUBLISH_LUA): a write that lost a
+   * race with another (a PUT and a secret rotation, two rotations, a 410 deactivation) reads
+   * again instead of undoing the other's change, so a rotated secret cannot be put back by a
+   * concurrent update. The change message is published in the same step; listener caches drop
+   * the record. `change` returning `current` itself writes nothing. Undefined when the webhook
+   * does not exist or was deleted meanwhile (a deleted webhook is not resurrected).
+   */
+  private async modify(userId: string, id: string, change: (current: WebhookRecord) => WebhookRecord): Promise<WebhookRecord | undefined> {
     const { redis, keys } = this.ctx;
+    const key = keys.webhook(userId, id);
     const message = listenerChangeMessage(userId, id);
-    const res = await redis
-      .multi()
-      .set(keys.webhook(userId, id), JSON.stringify(next), "XX")
-      .publish(keys.listenerChanges(), message)
-      .exec();
-    this.changes.emit(message);
-    return res?.[0]?.[1] === "OK" ? next : undefined;
+    for (let round = 0; round < MAX_MODIFY_ROUNDS; round++) {
+      const raw = await redis.get(key);
+      const current = parseStored<WebhookRecord>(raw);
+      if (raw === null || !current) return undefined;
+      const next = change(current);
+      if (next === current) return current;
+      const status = Number(await this.replaceAndPublish([key], [raw, JSON.stringify(next), keys.listenerChanges(), message]));
+      if (status === -1) return undefined;
+      if (status === 1) {
+        this.changes.emit(message);
+        return next;
+      }
+    }
+    throw new ConflictError(`webhook ${id} kept changing while being updated; try again`);
   }
 
   /** Deletes the webhook and its attempt log. Subscriptions are removed by the caller. */

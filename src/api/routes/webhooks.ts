@@ -1,5 +1,5 @@
 import type { Router } from "@koa/router";
-import { webhookView, type WebhookService } from "../../services/webhooks.js";
+import { rotationView, secretView, webhookView, type WebhookService } from "../../services/webhooks.js";
 import { userIdOf } from "../middleware/auth.js";
 import { noContent, pageRequest, params, sendData, sendPage } from "../params.js";
 
@@ -16,6 +16,17 @@ export function webhookRoutes(router: Router, webhooks: WebhookService): void {
   });
   router.put("/webhooks/:id", async (ctx) => {
     sendData(ctx, webhookView(await webhooks.update(userIdOf(ctx), ctx.params.id, params(ctx)), true));
+  });
+  // Secrets are not for shared caches or the browser's history.
+  router.get("/webhooks/:id/secret", async (ctx) => {
+    const w = await webhooks.get(userIdOf(ctx), ctx.params.id);
+    ctx.set("cache-control", "no-store");
+    sendData(ctx, secretView(w));
+  });
+  router.post("/webhooks/:id/secret/rotate", async (ctx) => {
+    const w = await webhooks.rotateSecret(userIdOf(ctx), ctx.params.id, params(ctx));
+    ctx.set("cache-control", "no-store");
+    sendData(ctx, rotationView(w));
   });
   router.delete("/webhooks/:id", async (ctx) => {
     await webhooks.delete(userIdOf(ctx), ctx.params.id);
