@@ -111,6 +111,25 @@ describe("prepareRequest (the prepare phase of an attempt)", () => {
     }
   });
 
+  it("signs with the current and the previous secret during a rotation's overlap, each verifiable alone", () => {
+    const previous = `whsec_${Buffer.alloc(32, 4).toString("base64")}`;
+    const req = prepareRequest(fanoutJob, { url: "http://example.test/hook", secret, previousSecret: previous }, 1, nowMs);
+    const signatures = String(req.headers["webhook-signature"]).split(" ");
+    expect(signatures).toHaveLength(2);
+    expect(signatures.every((s) => s.startsWith("v1,"))).toBe(true);
+    const realNow = Date.now;
+    Date.now = () => nowMs;
+    try {
+      expect(new Webhook(secret).verify(req.body, { ...req.headers })).toEqual({ n: 1 });
+      expect(new Webhook(previous).verify(req.body, { ...req.headers })).toEqual({ n: 1 });
+    } finally {
+      Date.now = realNow;
+    }
+    // Without a previous secret (none, or its overlap ended): one signature.
+    const single = prepareRequest(fanoutJob, { url: "http://example.test/hook", secret, previousSecret: null }, 1, nowMs);
+    expect(String(single.headers["webhook-signature"]).split(" ")).toHaveLength(1);
+  });
+
   it("names a channel as given, and leaves a workflow delivery unsigned", () => {
     const job = newDeliveryJob({ ...event, channel: "orders" }, "p_flow", "workflow", "d_def", JOB_STARTS.fanout);
     const req = prepareRequest(job, { url: "http://example.test/flow", secret: null }, 1, nowMs);

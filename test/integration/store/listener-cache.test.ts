@@ -68,6 +68,23 @@ describe("ListenerCache: webhooks", () => {
     expect((await b.cache.get("u_cache2", hook.id))?.url).toBe("https://example.com/new");
   });
 
+  it("sees a secret rotation at once in the rotating process and on the message in the others", async () => {
+    const a = process_();
+    const b = process_();
+    await Promise.all([a.cache.start(), b.cache.start()]);
+    const hook = await newHook(a.webhooks, "u_cacheRot");
+    expect((await b.cache.get("u_cacheRot", hook.id))?.signing_secret).toBe(hook.signing_secret);
+
+    const next = `whsec_${randomBytes(24).toString("base64")}`;
+    const rotated = await a.webhooks.rotateSecret("u_cacheRot", hook.id, next, 60_000);
+    expect(rotated).toMatchObject({ signing_secret: next, previous_signing_secret: hook.signing_secret });
+    expect(await a.cache.get("u_cacheRot", hook.id)).toMatchObject({ signing_secret: next, previous_signing_secret: hook.signing_secret });
+    await waitFor(async () => (await b.cache.get("u_cacheRot", hook.id))?.signing_secret === next, {
+      what: "process b to see the rotated secret",
+    });
+    expect((await b.cache.get("u_cacheRot", hook.id))?.previous_signing_secret).toBe(hook.signing_secret);
+  });
+
   it("forgets a deleted webhook, and every webhook of a deleted user", async () => {
     const a = process_();
     const b = process_();
