@@ -390,6 +390,7 @@ const KNOWN_KEYS = [
   "start_id",
   "end_id",
   "trigger_url",
+  "signing_secret",
   "username",
   "email",
   "plan",
@@ -426,6 +427,8 @@ const ROUTES: {
   { name: "/v1/webhooks", methods: ["POST"], path: () => "/v1/webhooks" },
   { name: "/v1/users/me/webhooks", methods: ["GET"], path: () => "/v1/users/me/webhooks" },
   { name: "/v1/webhooks/:id", methods: ["GET", "PUT", "DELETE"], path: (s) => `/v1/webhooks/${s[0]}` },
+  { name: "/v1/webhooks/:id/secret", methods: ["GET"], path: (s) => `/v1/webhooks/${s[0]}/secret` },
+  { name: "/v1/webhooks/:id/secret/rotate", methods: ["POST"], path: (s) => `/v1/webhooks/${s[0]}/secret/rotate` },
   { name: "/v1/webhooks/:id/deliveries", methods: ["GET"], path: (s) => `/v1/webhooks/${s[0]}/deliveries` },
   { name: "/v1/webhooks/:id/deliveries/:d/retry", methods: ["POST"], path: (s) => `/v1/webhooks/${s[0]}/deliveries/${s[1]}/retry` },
   { name: "/v1/users/me", methods: ["GET"], path: () => "/v1/users/me" },
@@ -542,6 +545,11 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
     "a".repeat(5000),
     "module.exports = { name: 'fz', async run() {} }",
     "while (true) {}",
+    // signing_secret: a valid one (the rotation's success path) and the validator's edges.
+    `whsec_${Buffer.alloc(24, 0xfb).toString("base64")}`,
+    `whsec_${Buffer.alloc(23, 1).toString("base64")}`,
+    "whsec_",
+    "whsec_====",
     ...ids,
     ...ids.map(b64url),
   );
