@@ -1,4 +1,5 @@
 import ivm from "isolated-vm";
+import { maxArrayElements } from "./guest-lengths.js";
 import { GUEST_PRELUDE_SOURCE } from "./guest-prelude.js";
 
 /**
@@ -96,16 +97,20 @@ export class IsolatePool {
   }
 
   /**
-   * Runs the guest prelude in a fresh context with the host's callback as its `$0` and returns a
-   * reference to the guest's `dispatch` (see guest-prelude.ts).
+   * Runs the guest prelude in a fresh context with the host's callback as its `$0` and the longest
+   * array the built-ins accept as its `$1`, and returns a reference to the guest's `dispatch` (see
+   * guest-prelude.ts).
    */
   async install(lease: Lease, context: ivm.Context, callback: ivm.Callback, timeoutMs: number): Promise<ivm.Reference> {
-    lease.prelude ??= await lease.isolate.compileScript(`(function ($0) {${GUEST_PRELUDE_SOURCE}\n})`, {
+    lease.prelude ??= await lease.isolate.compileScript(`(function ($0, $1) {${GUEST_PRELUDE_SOURCE}\n})`, {
       filename: "tributary-prelude.js",
     });
     const init = await lease.prelude.run(context, { reference: true, timeout: timeoutMs });
     try {
-      return await init.apply(undefined, [callback], { result: { reference: true }, timeout: timeoutMs });
+      return await init.apply(undefined, [callback, maxArrayElements(this.opts.memoryMb)], {
+        result: { reference: true },
+        timeout: timeoutMs,
+      });
     } finally {
       init.release();
     }
