@@ -6,14 +6,16 @@ import { connectRedis, dropPrefix, redisUrl, testPrefix } from "../../helpers/re
 
 /**
  * isolated-vm's onCatastrophicError (V8 lost control of an isolate) must end the process, as
- * isolated-vm documents, so the supervisor starts a healthy one. A large array filled inside an
- * isolate is a real catastrophe (V8's out-of-memory handler fires instead of the memory limit's
- * clean disposal), so these tests run the daemon as a child process and cause one: in the
- * metadata sandbox (creating the component) and in the runtime's sandbox (a source run).
+ * isolated-vm documents, so the supervisor starts a healthy one. A Set grown until the memory
+ * runs out is a real catastrophe (V8 doubles the Set's table in one allocation, which fails past
+ * the heap's limit, and its out-of-memory handler fires instead of the memory limit's clean
+ * disposal; no prelude can bound it, see guest-lengths.ts), so these tests run the daemon as a
+ * child process and cause one: in the metadata sandbox (creating the component) and in the
+ * runtime's sandbox (a source run).
  */
 
 const ADMIN_TOKEN = `admin-${randomBytes(8).toString("hex")}`;
-const CATASTROPHE = "new Array(2e8).fill(1)";
+const CATASTROPHE = "const s = new Set(); for (let i = 0; ; i++) s.add(i)";
 const prefixes: string[] = [];
 
 afterEach(async () => {
