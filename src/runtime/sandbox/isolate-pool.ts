@@ -20,7 +20,8 @@ export interface IsolatePoolOptions {
   maxRunsPerIsolate?: number;
   /** Compiled component scripts kept per isolate. */
   scriptCacheSize?: number;
-  onCatastrophicError?: ((message: string) => void) | undefined;
+  /** isolated-vm's "V8 lost control of this isolate" signal, with the lease whose isolate it was. */
+  onCatastrophicError?: ((message: string, lease: Lease) => void) | undefined;
 }
 
 export interface Lease {
@@ -147,10 +148,14 @@ export class IsolatePool {
   }
 
   private create(): Lease {
+    const report = this.opts.onCatastrophicError;
+    // isolated-vm calls it later, on this thread: the lease exists by then.
+    let lease: Lease | undefined;
     const isolate = new ivm.Isolate({
       memoryLimit: this.opts.memoryMb,
-      ...(this.opts.onCatastrophicError ? { onCatastrophicError: this.opts.onCatastrophicError } : {}),
+      ...(report ? { onCatastrophicError: (message: string) => lease && report(message, lease) } : {}),
     });
-    return { isolate, prelude: undefined, scripts: new Map(), runs: 0 };
+    lease = { isolate, prelude: undefined, scripts: new Map(), runs: 0 };
+    return lease;
   }
 }
