@@ -135,6 +135,9 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     lifecycle,
     endpoints,
     async start(roles) {
+      // Hooks run in `sandbox` in every role; customResponse runs in `inlineSandbox`, in the API.
+      sandbox.warm();
+      if (roles.has("api")) inlineSandbox.warm();
       if (roles.has("worker")) {
         workers = new RuntimeWorkers({
           connection: d.connection,
