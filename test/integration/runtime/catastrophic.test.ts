@@ -70,12 +70,10 @@ async function api(d: DaemonChild, key: string, method: string, path: string, bo
   return { status: res.status, body: text === "" ? null : JSON.parse(text) };
 }
 
-/** The daemon is alive, logged the sandbox process's crash, and a healthy source's run is recorded. */
+const CRASH_LOGGED = /"level":50.*V8 lost control of an isolate in the sandbox process/;
+
+/** The daemon is alive, logged nothing at fatal level, and a healthy source's run is recorded. */
 async function expectServing(d: DaemonChild, key: string): Promise<void> {
-  await waitFor(() => /"level":50.*V8 lost control of an isolate in the sandbox process/.test(d.logs()), {
-    timeoutMs: 30_000,
-    what: "the crash logged",
-  });
   expect(d.hasExited(), d.logs()).toBe(false);
   expect(d.logs()).not.toMatch(/"level":60/);
   const code = `module.exports = { name: "healthy", props: { http: "$.interface.http" }, async run(e) { this.$emit({ n: e.body.n }); } };`;
@@ -92,17 +90,32 @@ async function expectServing(d: DaemonChild, key: string): Promise<void> {
   );
 }
 
+// On a starved CPU the memory limit's clean disposal (or the time limit) can come before V8 loses
+// control: each case is tried until the daemon has logged a sandbox crash (a few attempts at most).
+const ATTEMPTS = 5;
+
 describe("a catastrophic isolated-vm error", () => {
   it("answers 400 when it happens while reading a component's metadata, and the daemon keeps serving", async () => {
     const d = await startDaemon("meta");
     const key = await userKey(d);
-    const res = await api(d, key, "POST", "/v1/components", {
-      component_code: `${CATASTROPHE}; module.exports = { name: "boom", async run() {} };`,
-    });
-    expect(res.status, `${JSON.stringify(res.body)}\n${d.logs()}`).toBe(400);
-    expect(res.body).toEqual({ error: "invalid component: the code used more than 32 MB while loading", code: "invalid_parameter" });
+    for (let attempt = 1; !CRASH_LOGGED.test(d.logs()); attempt++) {
+      expect(attempt, `no catastrophe in ${ATTEMPTS} attempts:\n${d.logs()}`).toBeLessThanOrEqual(ATTEMPTS);
+      const res = await api(d, key, "POST", "/v1/components", {
+        component_code: `${CATASTROPHE}; module.exports = { name: "boom", async run() {} };`,
+      });
+      expect(res.status, `${JSON.stringify(res.body)}\n${d.logs()}`).toBe(400);
+      // A starved CPU can also reach the 1 s loading limit first.
+      expect(res.body).toEqual({
+        error: expect.stringMatching(
+          /^invalid component: the code (used more than 32 MB while loading|did not finish loading within 1000 ms)$/,
+        ),
+        code: "invalid_parameter",
+      });
+      // The sandbox process that lost an isolate ends (and is logged) once its work is done.
+      await new Promise((r) => setTimeout(r, 1000));
+    }
     await expectServing(d, key);
-  }, 90_000);
+  }, 120_000);
 
   it("ends a source run it happens in with MEMORY_LIMIT on $errors, and the daemon keeps serving", async () => {
     const d = await startDaemon("run");
@@ -110,17 +123,24 @@ describe("a catastrophic isolated-vm error", () => {
     const code = `module.exports = { name: "boom", props: { http: "$.interface.http" }, async run() { ${CATASTROPHE}; } };`;
     const s = await api(d, key, "POST", "/v1/sources", { component_code: code });
     expect(s.status).toBe(200);
-    await fetch(s.body.data.configured_props.http.endpoint_url, { method: "POST", body: "{}" });
-    const errors = await waitFor(
-      async () => {
-        if (d.hasExited()) return "the daemon exited";
-        const r = await api(d, key, "GET", `/v1/sources/${s.body.data.id}/event_summaries?event_name=%24errors&expand=event`);
-        return r.body?.data?.length > 0 ? r.body.data : undefined;
-      },
-      { timeoutMs: 60_000, what: "the run's $errors record" },
-    );
-    expect(errors, d.logs()).not.toBe("the daemon exited");
-    expect(errors[0].event.error).toMatchObject({ code: "MEMORY_LIMIT", msg: expect.stringMatching(/in a way V8 could not contain/) });
+    for (let attempt = 1; ; attempt++) {
+      expect(attempt, `no catastrophe in ${ATTEMPTS} attempts:\n${d.logs()}`).toBeLessThanOrEqual(ATTEMPTS);
+      await fetch(s.body.data.configured_props.http.endpoint_url, { method: "POST", body: "{}" });
+      const errors = await waitFor(
+        async () => {
+          if (d.hasExited()) return "the daemon exited";
+          const r = await api(d, key, "GET", `/v1/sources/${s.body.data.id}/event_summaries?event_name=%24errors&expand=event`);
+          return r.body?.data?.length >= attempt ? r.body.data : undefined;
+        },
+        { timeoutMs: 60_000, what: `$errors record ${attempt}` },
+      );
+      expect(errors, d.logs()).not.toBe("the daemon exited");
+      // Newest first.
+      const error = errors[0].event.error;
+      expect(error.code).toBe("MEMORY_LIMIT");
+      if (/in a way V8 could not contain/.test(error.msg)) break;
+    }
+    await waitFor(() => CRASH_LOGGED.test(d.logs()), { timeoutMs: 30_000, what: "the crash logged" });
     await expectServing(d, key);
-  }, 90_000);
+  }, 180_000);
 });

@@ -80,31 +80,46 @@ describe("ProcessSandbox", () => {
   it("ends the run V8 lost control of with MEMORY_LIMIT, lets another run finish, and serves the next one from a fresh process", async () => {
     const { b, crashes } = box();
     expect((await b.run(request(`this.$emit("warm")`))).emits).toHaveLength(1);
-    const [first] = b.processIds();
-    const bystander = b.run(request(`await new Promise((r) => setTimeout(r, 1500)); this.$emit("bystander done");`));
-    const culprit = await b.run(request(CATASTROPHE));
-    expect(culprit.error?.code).toBe("MEMORY_LIMIT");
-    expect(culprit.error?.msg).toMatch(/in a way V8 could not contain \(Catastrophic out-of-memory error\)/);
-    // New work goes to a fresh process while the old one finishes the bystander.
-    const next = await b.run(request(`this.$emit("next")`));
-    expect(next.emits.map((e) => e.event)).toEqual(["next"]);
-    expect((await bystander).emits.map((e) => e.event)).toEqual(["bystander done"]);
-    // The old process ends (abort, as isolated-vm documents) and is reported once.
-    await waitFor(() => crashes.length === 1, { timeoutMs: 20_000, what: "the crash report" });
-    expect(crashes[0]).toMatchObject({ message: "Catastrophic out-of-memory error", signal: "SIGABRT", lost: 0 });
-    expect(first !== undefined && alive(first)).toBe(false);
-  }, 60_000);
+    // On a starved CPU the memory limit's clean disposal can come first: then it is tried again.
+    for (let attempt = 1; ; attempt++) {
+      const [first] = b.processIds();
+      const bystander = b.run(request(`await new Promise((r) => setTimeout(r, 1500)); this.$emit("bystander done");`));
+      const culprit = await b.run(request(CATASTROPHE));
+      expect(culprit.error?.code).toBe("MEMORY_LIMIT");
+      const caught = /in a way V8 could not contain \(Catastrophic out-of-memory error\)/.test(culprit.error?.msg ?? "");
+      // New work goes to a fresh process while the old one finishes the bystander.
+      const next = await b.run(request(`this.$emit("next")`));
+      expect(next.emits.map((e) => e.event)).toEqual(["next"]);
+      expect((await bystander).emits.map((e) => e.event)).toEqual(["bystander done"]);
+      if (!caught) {
+        expect(attempt, "no catastrophe in 5 attempts").toBeLessThan(5);
+        continue;
+      }
+      // The old process ends (abort, as isolated-vm documents) and is reported once.
+      await waitFor(() => crashes.length === 1, { timeoutMs: 20_000, what: "the crash report" });
+      expect(crashes[0]).toMatchObject({ message: "Catastrophic out-of-memory error", signal: "SIGABRT", lost: 0 });
+      expect(first !== undefined && alive(first)).toBe(false);
+      return;
+    }
+  }, 120_000);
 
   it("answers a metadata read V8 lost control of with the memory limit, and reads the next one", async () => {
     const { b, crashes } = box();
-    const bad = await b.inspect(`${CATASTROPHE}\nmodule.exports = { name: "boom", async run() {} };`, 5000);
-    expect(bad).toEqual({ ok: false, reason: "the code used more than 32 MB while loading" });
-    expect(await b.inspect(`module.exports = { name: "fine", async run() {} };`, 5000)).toMatchObject({
-      ok: true,
-      component: { name: "fine" },
-    });
-    await waitFor(() => crashes.length === 1, { timeoutMs: 20_000, what: "the crash report" });
-  }, 60_000);
+    for (let attempt = 1; crashes.length === 0; attempt++) {
+      expect(attempt, "no catastrophe in 5 attempts").toBeLessThanOrEqual(5);
+      const bad = await b.inspect(`${CATASTROPHE}\nmodule.exports = { name: "boom", async run() {} };`, 5000);
+      // The same answer whether V8 lost control or the memory limit's clean disposal came first.
+      expect(bad).toEqual({ ok: false, reason: "the code used more than 32 MB while loading" });
+      expect(await b.inspect(`module.exports = { name: "fine", async run() {} };`, 5000)).toMatchObject({
+        ok: true,
+        component: { name: "fine" },
+      });
+      // A crash is reported once the old process has ended (it has no other work).
+      await waitFor(() => crashes.length === 1 || b.processIds().length === 1, { timeoutMs: 20_000, what: "the old process to end" });
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(crashes[0]).toMatchObject({ message: "Catastrophic out-of-memory error", signal: "SIGABRT" });
+  }, 120_000);
 
   it("ends the runs of a process that dies under them with SANDBOX_CRASHED, and reads lost metadata again", async () => {
     const { b, crashes } = box();
