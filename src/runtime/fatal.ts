@@ -5,8 +5,7 @@ import type { SandboxCrash } from "./sandbox/process-sandbox.js";
  * What follows a fatal error in the sandbox. Component code runs in a sandbox process of its own
  * (sandbox/process-sandbox.ts): when V8 loses control of an isolate there (isolated-vm's
  * catastrophic error) or ends the process on a fatal error, the daemon logs it and carries on with
- * a fresh sandbox process; the sandbox process itself ends with `abortProcess`, as isolated-vm
- * documents.
+ * a fresh sandbox process; the sandbox process itself ends with `endProcessNow`.
  */
 
 /** The daemon's log line for a sandbox process that ended other than by close(). */
@@ -30,6 +29,9 @@ export function logSandboxCrash(logger: Logger): (crash: SandboxCrash) => void {
 /**
  * How the sandbox process ends after a catastrophic error. Not `process.exit()`: isolated-vm parks
  * the isolate's thread for good, and Node's exit waits for it forever (seen with an out-of-memory
- * in an isolate). `abort()` ends the process regardless.
+ * in an isolate). isolated-vm suggests `process.abort()`; SIGKILL ends the process as surely
+ * without leaving a core dump of it behind (any component can cause this, as often as it likes).
  */
-export const abortProcess = (): void => process.abort();
+export const endProcessNow = (): void => {
+  process.kill(process.pid, "SIGKILL");
+};

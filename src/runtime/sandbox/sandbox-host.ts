@@ -1,4 +1,4 @@
-import { abortProcess } from "../fatal.js";
+import { endProcessNow } from "../fatal.js";
 import { Sandbox } from "./sandbox.js";
 import { type FromHost, SANDBOX_HOST_CONFIG_ENV, type SandboxHostConfig, type ToHost } from "./sandbox-ipc.js";
 import type { HostFetch, HostFetchResponse, HttpResponse } from "./types.js";
@@ -13,7 +13,7 @@ import type { HostFetch, HostFetchResponse, HttpResponse } from "./types.js";
  * and isolated-vm can then only report a catastrophic error, after which the process must end. Here
  * that ends this process, not the daemon: the run in the lost isolate ends at once with an error
  * (Sandbox), the runs in the other isolates finish, the daemon is told (it sends new work to a
- * fresh sandbox process at once), and this process aborts, as isolated-vm documents. A V8 fatal
+ * fresh sandbox process at once), and this process ends (fatal.ts, endProcessNow). A V8 fatal
  * error ends it on the spot; the daemon then fails what was in flight here.
  *
  * Started as a script; nothing here is meant to be imported.
@@ -81,15 +81,15 @@ const sandbox = new Sandbox(config.limits, {
     draining = true;
     void send({ t: "catastrophic", message });
     // isolated-vm parked the isolate's thread for good: finish what the other isolates run, then end.
-    setTimeout(abortProcess, config.limits.timeoutMs + DRAIN_GRACE_MS);
+    setTimeout(endProcessNow, config.limits.timeoutMs + DRAIN_GRACE_MS);
     endIfIdle();
   },
 });
 
 function endIfIdle(): void {
   if (inFlight > 0) return;
-  // abort(): process.exit() would wait forever for the parked thread.
-  if (draining) abortProcess();
+  // Not process.exit(): it would wait forever for the parked thread.
+  if (draining) endProcessNow();
   else if (closing) process.exit(0);
 }
 
@@ -147,7 +147,7 @@ process.on("message", (raw: unknown) => {
 // The daemon went away: nothing here is owed to anyone.
 process.on("disconnect", () => {
   sandbox.close();
-  if (draining) abortProcess();
+  if (draining) endProcessNow();
   else process.exit(0);
 });
 

@@ -7,7 +7,7 @@ import type { HostFetch, HttpResponse, InspectResult, RunError, RunRequest, RunR
 /**
  * One sandbox process (sandbox-host.ts) as the daemon sees it: requests go out over the IPC
  * channel and come back as results; the guest's `fetch` calls come back to be done here. When the
- * process ends under a request (a V8 fatal error, or the abort that follows isolated-vm's
+ * process ends under a request (a V8 fatal error, or the end that follows isolated-vm's
  * catastrophic error), the request does not wait forever: a run ends with SANDBOX_CRASHED, a
  * metadata read answers LOST so the caller can try a fresh process.
  */

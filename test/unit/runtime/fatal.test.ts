@@ -23,12 +23,12 @@ describe("logSandboxCrash", () => {
     logSandboxCrash(logger)({
       message: "Catastrophic out-of-memory error",
       code: null,
-      signal: "SIGABRT",
+      signal: "SIGKILL",
       lost: 0,
       stderr: "x".repeat(5000),
     });
     const [line] = logged();
-    expect(line).toMatchObject({ level: 50, message: "Catastrophic out-of-memory error", signal: "SIGABRT", lostRequests: 0 });
+    expect(line).toMatchObject({ level: 50, message: "Catastrophic out-of-memory error", signal: "SIGKILL", lostRequests: 0 });
     expect(line?.msg).toMatch(/V8 lost control of an isolate in the sandbox process/);
     expect(String(line?.stderr)).toHaveLength(1024);
   });
