@@ -1,5 +1,5 @@
 import type { SandboxHostConfig } from "./sandbox-ipc.js";
-import { LOST, type SandboxCrash, SandboxProcess } from "./sandbox-process.js";
+import { LOST, REFUSED, type SandboxCrash, SandboxProcess } from "./sandbox-process.js";
 import type { HostFetch, InspectResult, RunRequest, RunResult, SandboxLimits, SandboxService } from "./types.js";
 
 /**
@@ -48,12 +48,16 @@ export class ProcessSandbox implements SandboxService {
   }
 
   async run(req: RunRequest): Promise<RunResult> {
-    if (this.closed) {
-      const msg = "the sandbox was shut down during the run";
-      const error = { code: "SANDBOX_CLOSED", msg, stack: `Error: ${msg}`, ts: new Date().toISOString() };
-      return { emits: [], logs: [], db: req.db, dbChanged: false, error, responded: false, durationMs: 0 };
+    // A run turned away by a process that was ending never started: it goes to a fresh one.
+    for (;;) {
+      if (this.closed) {
+        const msg = "the sandbox was shut down during the run";
+        const error = { code: "SANDBOX_CLOSED", msg, stack: `Error: ${msg}`, ts: new Date().toISOString() };
+        return { emits: [], logs: [], db: req.db, dbChanged: false, error, responded: false, durationMs: 0 };
+      }
+      const result = await this.process().run(req);
+      if (result !== REFUSED) return result;
     }
-    return this.process().run(req);
   }
 
   async inspect(compiledCode: string, timeoutMs: number): Promise<InspectResult> {

@@ -113,7 +113,7 @@ process.on("message", (raw: unknown) => {
     case "run":
     case "inspect":
       if (draining || closing) {
-        void send({ t: "failed", id: msg.id, message: "the sandbox process is restarting" });
+        void send({ t: "failed", id: msg.id, message: "the sandbox process is restarting", refused: true });
         return;
       }
       if (msg.t === "run") {

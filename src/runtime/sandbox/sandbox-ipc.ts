@@ -41,7 +41,8 @@ export type FromHost =
   | { t: "pong" }
   | { t: "ran"; id: number; result: RunResult }
   | { t: "inspected"; id: number; result: InspectResult }
-  | { t: "failed"; id: number; message: string }
+  /** `refused`: the request was turned away before it started (the process is ending). */
+  | { t: "failed"; id: number; message: string; refused?: boolean }
   | { t: "respond"; id: number; response: HttpResponse }
   | { t: "fetch"; fid: number; url: string; init: FetchRequestData }
   | { t: "fetchAbort"; fid: number }

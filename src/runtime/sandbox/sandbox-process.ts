@@ -26,6 +26,8 @@ export interface SandboxCrash {
 
 /** A metadata read the process ended under (or refused because it was restarting). */
 export const LOST = Symbol("lost");
+/** A run the process turned away before starting it (it was ending): safe to send elsewhere. */
+export const REFUSED = Symbol("refused");
 
 export interface SandboxProcessDeps {
   fetch: HostFetch;
@@ -36,7 +38,7 @@ export interface SandboxProcessDeps {
 }
 
 type Pending =
-  | { kind: "run"; req: RunRequest; started: number; responded: boolean; resolve: (r: RunResult) => void }
+  | { kind: "run"; req: RunRequest; started: number; responded: boolean; resolve: (r: RunResult | typeof REFUSED) => void }
   | { kind: "inspect"; resolve: (r: InspectResult | typeof LOST) => void };
 
 /** A process that has not answered a ping for this long is stuck: it is killed. */
@@ -99,7 +101,7 @@ export class SandboxProcess {
     return this.child.pid;
   }
 
-  async run(req: RunRequest): Promise<RunResult> {
+  async run(req: RunRequest): Promise<RunResult | typeof REFUSED> {
     const started = performance.now();
     if (!(await this.ready)) return failedRun(req, started, "SANDBOX_ERROR", "the sandbox process could not start");
     return new Promise((resolve) => {
@@ -185,7 +187,11 @@ export class SandboxProcess {
     this.pending.delete(msg.id);
     if (p.kind === "run") {
       if (msg.t === "ran") p.resolve({ ...msg.result, responded: msg.result.responded || p.responded });
-      else p.resolve(failedRun(p.req, p.started, "SANDBOX_ERROR", msg.t === "failed" ? msg.message : "unexpected answer"));
+      else if (msg.t === "failed" && msg.refused) {
+        // It only refuses while ending: no new work goes here either way.
+        this.retired = true;
+        p.resolve(REFUSED);
+      } else p.resolve(failedRun(p.req, p.started, "SANDBOX_ERROR", msg.t === "failed" ? msg.message : "unexpected answer"));
     } else {
       p.resolve(msg.t === "inspected" ? msg.result : LOST);
     }
