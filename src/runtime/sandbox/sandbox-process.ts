@@ -113,7 +113,8 @@ export class SandboxProcess {
   }
 
   async inspect(code: string, timeoutMs: number): Promise<InspectResult | typeof LOST> {
-    if (!(await this.ready)) return LOST;
+    // Not the code's fault: an error for the caller (a 500), not a verdict on the component.
+    if (!(await this.ready)) throw new Error(`the sandbox process could not start: ${this.stderr.slice(-500)}`);
     return new Promise((resolve) => {
       const id = this.nextId++;
       this.pending.set(id, { kind: "inspect", resolve });
