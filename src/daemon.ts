@@ -26,7 +26,7 @@ import { createMetrics } from "./observability/metrics.js";
 import { QueueMonitor } from "./observability/queue-monitor.js";
 import { QUEUES, type MaintenanceJob } from "./queue/catalog.js";
 import { createAnalyzer } from "./runtime/analyzer.js";
-import { abortProcess, exitOnCatastrophicError } from "./runtime/fatal.js";
+import { logSandboxCrash } from "./runtime/fatal.js";
 import { createRuntime, type Runtime } from "./runtime/index.js";
 import { RateLimiter } from "./runtime/rate-limit.js";
 import { ComponentService } from "./services/components.js";
@@ -70,12 +70,6 @@ export interface DaemonOptions {
   readonly logger: Logger;
   readonly redisUrl: string;
   readonly registryDir: string;
-  /**
-   * Ends the process after a fatal error (isolated-vm lost control of an isolate); the supervisor
-   * restarts it. Default `process.abort()` (see runtime/fatal.ts); main.ts drains first, tests
-   * observe the call.
-   */
-  readonly fatal?: () => void;
 }
 
 /**
@@ -136,8 +130,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const events = new EventStore(redis, keys);
   const attemptLog = new AttemptLog(redis, keys, config.deliveryLogLimit, Date.now);
 
-  const onCatastrophicError = exitOnCatastrophicError(logger, opts.fatal ?? abortProcess);
-  const analyzer = createAnalyzer(config, onCatastrophicError);
+  const onSandboxCrash = logSandboxCrash(logger);
+  const analyzer = createAnalyzer(config, onSandboxCrash);
   const fetcher = createComponentFetcher({ agent, timeoutMs: config.componentFetchTimeoutMs, maxBytes: config.componentFetchMaxBytes });
   const components = new ComponentService(componentStore, analyzer, fetcher, opts.registryDir);
   const workflows = new WorkflowService(workflowStore, subscriptionStore, events);
@@ -167,7 +161,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     timersQueue,
     now: Date.now,
     randomBytes: ctx.randomBytes,
-    onCatastrophicError,
+    onSandboxCrash,
   });
   const sources = new SourceService(sourceStore, components, subscriptionStore, runtime.lifecycle, {
     publicUrl: config.publicUrl,

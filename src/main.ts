@@ -5,7 +5,6 @@ import { ConfigError, loadConfig } from "./config/load.js";
 import type { Config } from "./config/schema.js";
 import { type Daemon, startDaemon } from "./daemon.js";
 import { createLogger } from "./observability/logger.js";
-import { abortProcess } from "./runtime/fatal.js";
 import { packageVersion, projectRoot } from "./paths.js";
 import { DataDirInUseError, RedisServerMissingError, startEmbeddedRedis, type EmbeddedRedis } from "./redis/embedded.js";
 
@@ -88,9 +87,7 @@ async function main(): Promise<void> {
 
   let stopping = false;
   let daemon: Daemon | undefined;
-  // A fatal error ends with abort(): process.exit() can wait forever for an isolate's thread
-  // that isolated-vm parked after a catastrophic error (runtime/fatal.ts).
-  let end: (code: number) => void = (code) => process.exit(code);
+  const end = (code: number) => process.exit(code);
   const stop = async (signal: string) => {
     if (stopping) return;
     stopping = true;
@@ -108,13 +105,6 @@ async function main(): Promise<void> {
     logger,
     redisUrl,
     registryDir: path.join(root, "registry"),
-    // A fatal error (isolated-vm lost control of an isolate) stops serving and drains as a signal
-    // does, then aborts so the supervisor restarts the process.
-    fatal: () => {
-      // Also ends a shutdown already under way (it calls `end` last).
-      end = abortProcess;
-      void stop("fatal error");
-    },
   });
   process.on("SIGTERM", () => void stop("SIGTERM"));
   process.on("SIGINT", () => void stop("SIGINT"));

@@ -11,7 +11,7 @@ import type { Logger } from "../observability/logger.js";
 import { createMetrics } from "../observability/metrics.js";
 import { QUEUES } from "../queue/catalog.js";
 import { createAnalyzer } from "../runtime/analyzer.js";
-import { abortProcess, exitOnCatastrophicError } from "../runtime/fatal.js";
+import { logSandboxCrash } from "../runtime/fatal.js";
 import { createRuntime } from "../runtime/index.js";
 import { createComponentFetcher } from "../services/component-fetcher.js";
 import { ComponentService } from "../services/components.js";
@@ -43,15 +43,13 @@ export function createCliDeletion(d: {
   users: UserStore;
   logger: Logger;
   registryDir: string;
-  /** Ends the process after isolated-vm's catastrophic error; default abort (see runtime/fatal.ts). */
-  fatal?: () => void;
 }): CliDeletion {
   const { config, redis, ctx, logger } = d;
   const keys = ctx.keys;
-  const onCatastrophicError = exitOnCatastrophicError(logger, d.fatal ?? abortProcess);
+  const onSandboxCrash = logSandboxCrash(logger);
   const agent = createGuardedAgent({ allowPrivate: config.allowPrivateDestinations });
   const metrics = createMetrics(new Registry());
-  const analyzer = createAnalyzer(config, onCatastrophicError);
+  const analyzer = createAnalyzer(config, onSandboxCrash);
   const fetcher = createComponentFetcher({ agent, timeoutMs: config.componentFetchTimeoutMs, maxBytes: config.componentFetchMaxBytes });
   const components = new ComponentService(new ComponentStore(ctx), analyzer, fetcher, d.registryDir);
   const subscriptions = new SubscriptionStore(ctx);
@@ -79,7 +77,7 @@ export function createCliDeletion(d: {
     timersQueue,
     now: Date.now,
     randomBytes: ctx.randomBytes,
-    onCatastrophicError,
+    onSandboxCrash,
   });
   const sources = new SourceService(sourceStore, components, subscriptions, runtime.lifecycle, {
     publicUrl: config.publicUrl,

@@ -31,8 +31,6 @@ export interface CliIo {
 export interface CliOptions {
   /** Where registry components live (default: the project's registry folder). */
   registryDir?: string;
-  /** Ends the process after isolated-vm's catastrophic error (default abort). */
-  fatal?: () => void;
 }
 
 /**
@@ -90,7 +88,7 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
         // Logs go to stderr: stdout carries the command's JSON answer.
         const logger = pino({ level: config.logLevel, base: { service: "tributary-cli" } }, pino.destination(2));
         const registryDir = opts.registryDir ?? path.join(projectRoot(), "registry");
-        const cli = createCliDeletion({ config, redis, ctx, users, logger, registryDir, fatal: opts.fatal });
+        const cli = createCliDeletion({ config, redis, ctx, users, logger, registryDir });
         try {
           await cli.deletion.delete(id);
         } finally {

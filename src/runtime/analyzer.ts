@@ -2,6 +2,7 @@ import type { Config } from "../config/schema.js";
 import type { ComponentAnalyzer } from "../services/component-analyzer.js";
 import { ComponentCompiler } from "./component/compiler.js";
 import { createMetaSandbox, loadComponent } from "./component/meta.js";
+import type { SandboxCrash } from "./sandbox/process-sandbox.js";
 
 /** The analyzer with the parts its owner needs: a health check for readiness, and close. */
 export interface Analyzer extends ComponentAnalyzer {
@@ -12,9 +13,9 @@ export interface Analyzer extends ComponentAnalyzer {
 }
 
 /** The management API's view of the sandbox: compile the code, then read its metadata in an isolate. */
-export function createAnalyzer(config: Config, onCatastrophicError?: (message: string) => void): Analyzer {
+export function createAnalyzer(config: Config, onSandboxCrash?: (crash: SandboxCrash) => void): Analyzer {
   const compiler = new ComponentCompiler({ allowedPackages: config.sandboxAllowedPackages });
-  const sandbox = createMetaSandbox(Math.min(config.sandboxMemoryMb, 64), onCatastrophicError);
+  const sandbox = createMetaSandbox(Math.min(config.sandboxMemoryMb, 64), onSandboxCrash);
   return {
     async analyze(code: string) {
       const { meta, compiledCode } = await loadComponent(code, { compiler, sandbox });

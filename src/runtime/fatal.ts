@@ -1,29 +1,37 @@
 import type { Logger } from "../observability/logger.js";
+import type { SandboxCrash } from "./sandbox/process-sandbox.js";
 
 /**
- * isolated-vm's `onCatastrophicError`: V8 lost control of an isolate (an out-of-memory it could not
- * contain, a script that would not terminate) and everything the isolate holds is unrecoverable.
- * isolated-vm's documentation says to log, stop serving, finish outstanding work and end the
- * process with `process.abort()`; the supervisor (systemd, Docker, Kubernetes) starts a fresh one,
- * and whatever was in flight is taken over as after any crash.
- *
- * `end` is injected: main.ts drains and aborts, tests observe the call without ending the runner.
+ * What follows a fatal error in the sandbox. Component code runs in a sandbox process of its own
+ * (sandbox/process-sandbox.ts): when V8 loses control of an isolate there (isolated-vm's
+ * catastrophic error) or ends the process on a fatal error, the daemon logs it and carries on with
+ * a fresh sandbox process; the sandbox process itself ends with `endProcessNow`.
  */
-export function exitOnCatastrophicError(logger: Logger, end: () => void): (message: string) => void {
-  let fired = false;
-  return (message) => {
-    // Every isolate may report; one ending is enough.
-    if (fired) return;
-    fired = true;
-    logger.fatal({ message }, "isolated-vm lost control of an isolate; ending the process so the supervisor restarts it");
-    logger.flush?.();
-    end();
+
+/** The daemon's log line for a sandbox process that ended other than by close(). */
+export function logSandboxCrash(logger: Logger): (crash: SandboxCrash) => void {
+  return (crash) => {
+    logger.error(
+      {
+        message: crash.message,
+        signal: crash.signal,
+        code: crash.code,
+        lostRequests: crash.lost,
+        stderr: crash.stderr.slice(-1024),
+      },
+      crash.message === undefined
+        ? "the sandbox process crashed (a V8 fatal error); a new one serves the next runs"
+        : "V8 lost control of an isolate in the sandbox process (isolated-vm catastrophic error); a new process serves the next runs",
+    );
   };
 }
 
 /**
- * The default ending. Not `process.exit()`: after a catastrophic error isolated-vm parks the
- * isolate's thread for good, and Node's exit waits for it forever (seen with an out-of-memory in an
- * isolate). `abort()` ends the process regardless.
+ * How the sandbox process ends after a catastrophic error. Not `process.exit()`: isolated-vm parks
+ * the isolate's thread for good, and Node's exit waits for it forever (seen with an out-of-memory
+ * in an isolate). isolated-vm suggests `process.abort()`; SIGKILL ends the process as surely
+ * without leaving a core dump of it behind (any component can cause this, as often as it likes).
  */
-export const abortProcess = (): void => process.abort();
+export const endProcessNow = (): void => {
+  process.kill(process.pid, "SIGKILL");
+};

@@ -18,7 +18,7 @@ import { RuntimeLifecycle } from "./lifecycle.js";
 import { Quotas } from "./quotas.js";
 import { RateLimiter } from "./rate-limit.js";
 import { SourceRunner } from "./runner.js";
-import { Sandbox } from "./sandbox/sandbox.js";
+import { ProcessSandbox, type SandboxCrash } from "./sandbox/process-sandbox.js";
 import type { HostFetch } from "./sandbox/types.js";
 import { TimerControl, TimerScheduler } from "./timers.js";
 import { RuntimeWorkers } from "./workers.js";
@@ -44,8 +44,8 @@ export interface RuntimeDeps {
   timersQueue: Queue;
   now: () => number;
   randomBytes: RandomBytes;
-  /** isolated-vm's catastrophic-error signal: logs and ends the process (see fatal.ts). */
-  onCatastrophicError: (message: string) => void;
+  /** Told when a sandbox process ended other than by close() (see fatal.ts): the daemon logs it. */
+  onSandboxCrash?: (crash: SandboxCrash) => void;
 }
 
 /** The source runtime (SPEC §5) as the rest of the daemon sees it. */
@@ -80,19 +80,21 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(", ") : v;
     return { status: res.status, statusText: res.statusText, headers, body: res.text };
   };
-  const sandbox = new Sandbox(
+  const onCrash = d.onSandboxCrash ? { onCrash: d.onSandboxCrash } : {};
+  // Component code runs in sandbox processes of their own: see sandbox/process-sandbox.ts.
+  const sandbox = new ProcessSandbox(
     { memoryMb: config.sandboxMemoryMb, timeoutMs: config.sandboxTimeoutMs },
     {
       fetch,
       // Source runs and inline customResponse runs share the pool: never fewer isolates than runs.
       maxIsolates: Math.max(16, config.sourceRunConcurrency * 2),
-      onCatastrophicError: d.onCatastrophicError,
+      ...onCrash,
     },
   );
   // Inline (customResponse) runs get their own isolates; endpoints cap them per source and user.
-  const inlineSandbox = new Sandbox(
+  const inlineSandbox = new ProcessSandbox(
     { memoryMb: config.sandboxMemoryMb, timeoutMs: config.sandboxTimeoutMs },
-    { fetch, maxIsolates: 16, onCatastrophicError: d.onCatastrophicError },
+    { fetch, maxIsolates: 16, ...onCrash },
   );
   const quotas = new Quotas(d.redis, d.keys, d.users, {
     dailyInvocations: config.freeDailyInvocationsQuota,
@@ -133,6 +135,9 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     lifecycle,
     endpoints,
     async start(roles) {
+      // Hooks and queued runs use `sandbox` (every role); `inlineSandbox` (customResponse runs)
+      // starts with its first run, sparing its memory (~70 MB) where no source answers inline.
+      sandbox.warm();
       if (roles.has("worker")) {
         workers = new RuntimeWorkers({
           connection: d.connection,

@@ -11,8 +11,7 @@ import { DedupeStateStore } from "../store/dedupe-state.js";
 import type { Keys } from "../store/keys.js";
 import type { SourceRecord, SourceStore } from "../store/sources.js";
 import type { Quotas } from "./quotas.js";
-import type { Sandbox } from "./sandbox/sandbox.js";
-import type { HttpResponse, RunMethod, RunResult } from "./sandbox/types.js";
+import type { HttpResponse, RunMethod, RunResult, SandboxService } from "./sandbox/types.js";
 
 export type Trigger = "http" | "timer" | "event" | "hook";
 
@@ -36,9 +35,9 @@ export type RunOutcome =
 export interface RunnerDeps {
   redis: Redis;
   keys: Keys;
-  sandbox: Sandbox;
+  sandbox: SandboxService;
   /** A separate pool for runs that answer an HTTP request inline, so a flood of them cannot starve queued runs. */
-  inlineSandbox: Sandbox;
+  inlineSandbox: SandboxService;
   sources: SourceStore;
   components: ComponentService;
   ingest: Ingest;

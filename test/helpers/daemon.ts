@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import path from "node:path";
 import { loadConfig } from "../../src/config/load.js";
-import { startDaemon, type Daemon, type DaemonOptions } from "../../src/daemon.js";
+import { startDaemon, type Daemon } from "../../src/daemon.js";
 import { createLogger } from "../../src/observability/logger.js";
 import { freePort } from "../../src/redis/embedded.js";
 import { connectRedis, dropPrefix, redisUrl, testPrefix } from "./redis.js";
@@ -74,7 +74,7 @@ export function client(base: string, key?: string): Client {
  * Starts a whole daemon in-process on a free loopback port, under its own Redis key prefix, with
  * test-friendly settings (short retry schedule, private destinations allowed, 1 s timer minimum).
  */
-export async function startTestDaemon(env: Record<string, string> = {}, options: Pick<DaemonOptions, "fatal"> = {}): Promise<TestDaemon> {
+export async function startTestDaemon(env: Record<string, string> = {}): Promise<TestDaemon> {
   const port = await freePort();
   const prefix = testPrefix();
   const adminToken = `admin-${randomBytes(8).toString("hex")}`;
@@ -97,7 +97,6 @@ export async function startTestDaemon(env: Record<string, string> = {}, options:
     logger: createLogger(config.logLevel),
     redisUrl: redisUrl(),
     registryDir: path.resolve(import.meta.dirname, "../../registry"),
-    ...options,
   });
   const url = `http://127.0.0.1:${daemon.port}`;
   const admin = client(url, adminToken);

@@ -1,6 +1,7 @@
 import { ValidationError } from "../../domain/errors.js";
 import { normalizeProps, type PropDefinition } from "../../domain/props.js";
-import { Sandbox } from "../sandbox/sandbox.js";
+import { ProcessSandbox, type SandboxCrash } from "../sandbox/process-sandbox.js";
+import type { SandboxService } from "../sandbox/types.js";
 
 /**
  * Reads a component's metadata by evaluating its code in the sandbox, never in the daemon's realm
@@ -30,7 +31,7 @@ export const DEFAULT_META_TIMEOUT_MS = 1000;
 
 export interface MetaLimits {
   /** The sandbox the code is loaded in (see createMetaSandbox); its owner closes it. */
-  sandbox: Sandbox;
+  sandbox: SandboxService;
   timeoutMs?: number;
 }
 
@@ -93,7 +94,7 @@ function optionalString(value: unknown, field: string): string | null {
  * The sandbox metadata is read in. Its owner (the analyzer) keeps it for its own life, so reading
  * metadata reuses warm isolates, and closes it at shutdown.
  */
-export function createMetaSandbox(memoryMb: number, onCatastrophicError?: (message: string) => void): Sandbox {
+export function createMetaSandbox(memoryMb: number, onCrash?: (crash: SandboxCrash) => void): SandboxService {
   // The run time limit does not apply to inspect(), which takes its own; any value will do.
-  return new Sandbox({ memoryMb, timeoutMs: DEFAULT_META_TIMEOUT_MS }, { maxIdleIsolates: 2, onCatastrophicError });
+  return new ProcessSandbox({ memoryMb, timeoutMs: DEFAULT_META_TIMEOUT_MS }, { maxIdleIsolates: 2, ...(onCrash ? { onCrash } : {}) });
 }

@@ -1,14 +1,16 @@
 import { MAX_CHANNEL_NAME_LENGTH, MAX_EMIT_ID_LENGTH, MAX_SUMMARY_LENGTH } from "../../domain/emit-rules.js";
 import { GUEST_COMPONENT_SOURCE } from "./guest-component.js";
 import { GUEST_FORMAT_SOURCE } from "./guest-format.js";
+import { GUEST_LENGTHS_SOURCE } from "./guest-lengths.js";
 import { GUEST_MEMORY_SOURCE } from "./guest-memory.js";
 import { GUEST_TIMERS_SOURCE } from "./guest-timers.js";
 import { CROSSING_LIMITS, DB_WRITE_BUDGET_STATES, DEFAULT_LIMITS, EMIT_BUDGET_EVENTS } from "./types.js";
 
 /**
- * Guest code run first in every fresh context, as the body of a function `($0) => dispatch`
+ * Guest code run first in every fresh context, as the body of a function `($0, $1) => dispatch`
  * (compiled once per isolate, see IsolatePool.install) whose `$0` is the host's synchronous
- * `Callback` (host-bridge.ts), which arrives as a plain function. It installs the globals component code may use (`console`, `fetch`, timers, `process`,
+ * `Callback` (host-bridge.ts), which arrives as a plain function, and `$1` the longest array the
+ * isolate's built-ins accept (guest-lengths.ts). It installs the globals component code may use (`console`, `fetch`, timers, `process`,
  * `btoa`/`atob`) and returns `dispatch(op, ...)`, which the host holds as a Reference:
  *
  * - `dispatch("load", factory)` evaluates the component module and describes it (metadata read);
@@ -74,6 +76,7 @@ function bounded(text, max, message) {
 ` +
   GUEST_FORMAT_SOURCE +
   GUEST_MEMORY_SOURCE +
+  GUEST_LENGTHS_SOURCE +
   String.raw`
 globalThis.global = globalThis;
 globalThis.process = { env: {} };

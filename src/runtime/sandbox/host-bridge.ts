@@ -1,4 +1,5 @@
 import ivm from "isolated-vm";
+import { MAX_CUSTOM_STATUS, MIN_CUSTOM_STATUS } from "../../domain/custom-response.js";
 import { checkEmitMeta, parseShallow } from "./emit-check.js";
 import { GuestWake } from "./guest-wake.js";
 import {
@@ -223,7 +224,10 @@ export class HostBridge {
 
   private respond(status: unknown, headersJson: unknown, kind: unknown, data: unknown): void {
     const code = Number(status);
-    if (!Number.isInteger(code) || code < 100 || code > 599) throw new Error("http.respond: status must be an integer from 100 to 599");
+    // The endpoint sends no other status (domain/custom-response.ts): refused here, at the call.
+    if (!Number.isInteger(code) || code < MIN_CUSTOM_STATUS || code > MAX_CUSTOM_STATUS) {
+      throw new Error(`http.respond: status must be an integer from ${MIN_CUSTOM_STATUS} to ${MAX_CUSTOM_STATUS}`);
+    }
     // The first response wins, as in Pipedream; later calls are ignored rather than thrown.
     if (this.responded) return;
     this.responded = true;

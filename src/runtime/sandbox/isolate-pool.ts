@@ -1,4 +1,5 @@
 import ivm from "isolated-vm";
+import { maxArrayElements } from "./guest-lengths.js";
 import { GUEST_PRELUDE_SOURCE } from "./guest-prelude.js";
 
 /**
@@ -19,7 +20,8 @@ export interface IsolatePoolOptions {
   maxRunsPerIsolate?: number;
   /** Compiled component scripts kept per isolate. */
   scriptCacheSize?: number;
-  onCatastrophicError?: ((message: string) => void) | undefined;
+  /** isolated-vm's "V8 lost control of this isolate" signal, with the lease whose isolate it was. */
+  onCatastrophicError?: ((message: string, lease: Lease) => void) | undefined;
 }
 
 export interface Lease {
@@ -96,16 +98,20 @@ export class IsolatePool {
   }
 
   /**
-   * Runs the guest prelude in a fresh context with the host's callback as its `$0` and returns a
-   * reference to the guest's `dispatch` (see guest-prelude.ts).
+   * Runs the guest prelude in a fresh context with the host's callback as its `$0` and the longest
+   * array the built-ins accept as its `$1`, and returns a reference to the guest's `dispatch` (see
+   * guest-prelude.ts).
    */
   async install(lease: Lease, context: ivm.Context, callback: ivm.Callback, timeoutMs: number): Promise<ivm.Reference> {
-    lease.prelude ??= await lease.isolate.compileScript(`(function ($0) {${GUEST_PRELUDE_SOURCE}\n})`, {
+    lease.prelude ??= await lease.isolate.compileScript(`(function ($0, $1) {${GUEST_PRELUDE_SOURCE}\n})`, {
       filename: "tributary-prelude.js",
     });
     const init = await lease.prelude.run(context, { reference: true, timeout: timeoutMs });
     try {
-      return await init.apply(undefined, [callback], { result: { reference: true }, timeout: timeoutMs });
+      return await init.apply(undefined, [callback, maxArrayElements(this.opts.memoryMb)], {
+        result: { reference: true },
+        timeout: timeoutMs,
+      });
     } finally {
       init.release();
     }
@@ -142,10 +148,14 @@ export class IsolatePool {
   }
 
   private create(): Lease {
+    const report = this.opts.onCatastrophicError;
+    // isolated-vm calls it later, on this thread: the lease exists by then.
+    let lease: Lease | undefined;
     const isolate = new ivm.Isolate({
       memoryLimit: this.opts.memoryMb,
-      ...(this.opts.onCatastrophicError ? { onCatastrophicError: this.opts.onCatastrophicError } : {}),
+      ...(report ? { onCatastrophicError: (message: string) => lease && report(message, lease) } : {}),
     });
-    return { isolate, prelude: undefined, scripts: new Map(), runs: 0 };
+    lease = { isolate, prelude: undefined, scripts: new Map(), runs: 0 };
+    return lease;
   }
 }

@@ -5,12 +5,16 @@ import {
   CROSSING_LIMITS,
   DEFAULT_LIMITS,
   type HostFetch,
+  type InspectResult,
   type ResolvedLimits,
   type RunError,
   type RunRequest,
   type RunResult,
   type SandboxLimits,
+  type SandboxService,
 } from "./types.js";
+
+export type { InspectResult } from "./types.js";
 
 /**
  * Runs component code (compiled by compileComponent) in isolated-vm isolates (SPEC §5).
@@ -31,12 +35,14 @@ export interface SandboxOptions {
   maxIdleIsolates?: number;
   /** Isolates alive at once, i.e. concurrent runs (default 16); more runs wait their turn. */
   maxIsolates?: number;
-  /** isolated-vm's "V8 lost control of an isolate" signal; the process should log and exit. */
+  /**
+   * isolated-vm's "V8 lost control of an isolate" signal. The run or metadata read in that isolate
+   * ends at once with an error saying so, and the other isolates carry on; the process must finish
+   * its outstanding work and end (isolated-vm parks the isolate's thread for good), as
+   * sandbox-host.ts does. Without it, isolated-vm aborts the process on the spot.
+   */
   onCatastrophicError?: (message: string) => void;
 }
-
-/** What the guest says when it loads a component to read its metadata (see guest-component.ts). */
-export type InspectResult = { ok: true; component: unknown } | { ok: false; reason: string };
 
 const unavailableFetch: HostFetch = async () => {
   throw new Error("fetch unavailable");
@@ -47,19 +53,29 @@ const PING_DEADLINE_MS = 250;
 const MAX_MESSAGE = CROSSING_LIMITS.maxErrorMessageLength;
 const MAX_STACK = CROSSING_LIMITS.maxErrorStackLength;
 
-export class Sandbox {
+export class Sandbox implements SandboxService {
   private readonly limits: ResolvedLimits;
   private readonly pool: IsolatePool;
   private readonly fetch: HostFetch;
+  /** How to end the run or metadata read that holds each leased isolate, at once. */
+  private readonly stoppers = new Map<Lease, (err: RunLimitError) => void>();
 
   constructor(limits: SandboxLimits, options: SandboxOptions = {}) {
     this.limits = { ...DEFAULT_LIMITS, ...limits };
     this.fetch = options.fetch ?? unavailableFetch;
+    const report = options.onCatastrophicError;
     this.pool = new IsolatePool({
       memoryMb: limits.memoryMb,
       maxIdle: options.maxIdleIsolates,
       maxIsolates: options.maxIsolates,
-      onCatastrophicError: options.onCatastrophicError,
+      onCatastrophicError: report
+        ? (message, lease) => {
+            // The isolate's thread is parked for good: whatever awaits it would wait forever.
+            this.stoppers.get(lease)?.(catastropheError(message, this.limits));
+            this.pool.kill(lease);
+            report(message);
+          }
+        : undefined,
     });
   }
 
@@ -74,6 +90,7 @@ export class Sandbox {
       abortRun = reject;
     });
     aborted.catch(() => {});
+    this.stoppers.set(lease, abortRun);
     const bridge = new HostBridge({ limits: this.limits, fetch: this.fetch, db: req.db, onRespond: req.onRespond, onFault: abortRun });
     const timer = setTimeout(() => {
       // An isolate isolated-vm already disposed for its memory limit did not time out.
@@ -97,6 +114,7 @@ export class Sandbox {
       error = this.classify(err, lease, timedOut);
     } finally {
       clearTimeout(timer);
+      this.stoppers.delete(lease);
       bridge.close();
     }
     void this.recycle(lease, context, !isolateFailed);
@@ -127,13 +145,24 @@ export class Sandbox {
     }, timeoutMs);
     let healthy = false;
     const refs: ivm.Reference[] = [];
+    let stop: (err: RunLimitError) => void = () => {};
+    const stopped = new Promise<never>((_, reject) => {
+      stop = reject;
+    });
+    stopped.catch(() => {});
+    this.stoppers.set(lease, stop);
     try {
-      context = await lease.isolate.createContext();
-      const dispatch = await this.pool.install(lease, context, metadataHostCallback(), remaining(deadline));
-      refs.push(dispatch);
-      const factory = await this.pool.factory(lease, context, compiledCode, remaining(deadline));
-      refs.push(factory);
-      const out = await dispatch.apply(undefined, ["load", factory.derefInto()], { result: { copy: true }, timeout: remaining(deadline) });
+      const load = async () => {
+        context = await lease.isolate.createContext();
+        const dispatch = await this.pool.install(lease, context, metadataHostCallback(), remaining(deadline));
+        refs.push(dispatch);
+        const factory = await this.pool.factory(lease, context, compiledCode, remaining(deadline));
+        refs.push(factory);
+        return dispatch.apply(undefined, ["load", factory.derefInto()], { result: { copy: true }, timeout: remaining(deadline) });
+      };
+      const loading = load();
+      loading.catch(() => {}); // when `stopped` wins the race, this one never settles
+      const out = await Promise.race([loading, stopped]);
       healthy = true;
       return parseInspect(typeof out === "string" ? JSON.parse(out) : undefined);
     } catch (err) {
@@ -144,6 +173,7 @@ export class Sandbox {
       return { ok: false, reason: `the code could not be evaluated: ${e.msg}` };
     } finally {
       clearTimeout(timer);
+      this.stoppers.delete(lease);
       releaseAll(refs);
       void this.recycle(lease, context, healthy);
     }
@@ -245,6 +275,20 @@ async function ping(context: ivm.Context): Promise<boolean> {
 
 function remaining(deadline: number): number {
   return Math.max(1, Math.ceil(deadline - performance.now()));
+}
+
+/** The run's error when isolated-vm reports that V8 lost control of its isolate. */
+function catastropheError(message: string, limits: ResolvedLimits): RunLimitError {
+  if (/out-of-memory/i.test(message)) {
+    return new RunLimitError(
+      "MEMORY_LIMIT",
+      `the run exceeded the memory limit of ${limits.memoryMb} MB in a way V8 could not contain (${message})`,
+    );
+  }
+  if (/terminate/i.test(message)) {
+    return new RunLimitError("TIMEOUT", `the run did not stop at the time limit of ${limits.timeoutMs} ms (${message})`);
+  }
+  return new RunLimitError("SANDBOX_ERROR", `V8 lost control of the run's isolate (${message})`);
 }
 
 function memoryError(memoryMb: number): RunError {

@@ -155,3 +155,19 @@ export interface RunResult {
   responded: boolean;
   durationMs: number;
 }
+
+/** What the guest says when it loads a component to read its metadata (see guest-component.ts). */
+export type InspectResult = { ok: true; component: unknown } | { ok: false; reason: string };
+
+/**
+ * What runs component code: `Sandbox` (isolates in this process) or `ProcessSandbox` (the same
+ * in a child process, so that an isolate V8 loses control of cannot take the daemon down).
+ */
+export interface SandboxService {
+  /** Runs `run(event)` or a hook; never rejects: a failure is the result's `error`. */
+  run(req: RunRequest): Promise<RunResult>;
+  /** Evaluates compiled component code and describes it (metadata read). */
+  inspect(compiledCode: string, timeoutMs: number): Promise<InspectResult>;
+  /** Ends every run in progress (SANDBOX_CLOSED) and releases the isolates. Idempotent. */
+  close(): void;
+}

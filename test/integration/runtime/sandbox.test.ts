@@ -110,6 +110,29 @@ describe("Sandbox.run", () => {
     expect(r.responded).toBe(false);
   });
 
+  it.each([100, 101, 199, 600])("throws at the respond() call for status %i, which the endpoint would not send", async (status) => {
+    const code = `module.exports = { name: "S", props: { http: "$.interface.http" }, async run() {
+      try { this.http.respond({ status: ${status} }); } catch (e) { this.$emit(e.message); }
+      this.http.respond({ status: 204 });
+    } };`;
+    const responses: HttpResponse[] = [];
+    const r = await run(code, { props: { http: { endpoint_url: "u" } }, onRespond: (res) => responses.push(res) });
+    expect(r.error).toBeUndefined();
+    expect(r.emits.map((e) => e.event)).toEqual(["http.respond: status must be an integer from 200 to 599"]);
+    // The refused call did not count as the response: the next one is the answer.
+    expect(responses.map((res) => res.status)).toEqual([204]);
+  });
+
+  it("accepts the endpoint's whole range, 200 to 599", async () => {
+    for (const status of [200, 599]) {
+      const code = `module.exports = { name: "S", props: { http: "$.interface.http" }, async run() { this.http.respond({ status: ${status} }); } };`;
+      const responses: HttpResponse[] = [];
+      const r = await run(code, { props: { http: { endpoint_url: "u" } }, onRespond: (res) => responses.push(res) });
+      expect(r.error).toBeUndefined();
+      expect(responses.map((res) => res.status)).toEqual([status]);
+    }
+  });
+
   it("binds methods to the component's this", async () => {
     const code = `module.exports = {
       name: "M", props: { word: "string" },

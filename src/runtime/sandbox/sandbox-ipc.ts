@@ -1,0 +1,49 @@
+import type { HostFetchResponse, HttpResponse, InspectResult, RunRequest, RunResult, SandboxLimits } from "./types.js";
+
+/**
+ * The messages between the daemon (sandbox-process.ts) and its sandbox process (sandbox-host.ts),
+ * sent over Node's IPC channel with structured-clone serialization. Requests carry an id the
+ * daemon chooses; a guest `fetch` is done by the daemon (its network, its SSRF guard) under an id
+ * the sandbox process chooses.
+ */
+
+/** How the sandbox process sets up its `Sandbox` (sent in the environment, read once at start). */
+export interface SandboxHostConfig {
+  limits: SandboxLimits;
+  maxIsolates?: number | undefined;
+  maxIdleIsolates?: number | undefined;
+}
+
+/** The environment variable that carries SandboxHostConfig as JSON. */
+export const SANDBOX_HOST_CONFIG_ENV = "TRIBUTARY_SANDBOX_CONFIG";
+
+/** A run as it crosses: the response callback stays with the daemon (`respond` messages). */
+export type RunRequestData = Omit<RunRequest, "onRespond">;
+
+export interface FetchRequestData {
+  method: string;
+  headers: Record<string, string>;
+  body?: string | Uint8Array;
+}
+
+/** Daemon → sandbox process. */
+export type ToHost =
+  | { t: "run"; id: number; req: RunRequestData; respond: boolean }
+  | { t: "inspect"; id: number; code: string; timeoutMs: number }
+  | { t: "fetched"; fid: number; ok: true; res: HostFetchResponse }
+  | { t: "fetched"; fid: number; ok: false; message: string }
+  | { t: "ping" }
+  | { t: "close" };
+
+/** Sandbox process → daemon. */
+export type FromHost =
+  | { t: "ready" }
+  | { t: "pong" }
+  | { t: "ran"; id: number; result: RunResult }
+  | { t: "inspected"; id: number; result: InspectResult }
+  /** `refused`: the request was turned away before it started (the process is ending). */
+  | { t: "failed"; id: number; message: string; refused?: boolean }
+  | { t: "respond"; id: number; response: HttpResponse }
+  | { t: "fetch"; fid: number; url: string; init: FetchRequestData }
+  | { t: "fetchAbort"; fid: number }
+  | { t: "catastrophic"; message: string };
