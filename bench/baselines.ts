@@ -14,14 +14,39 @@ export async function koaBaseline(opts: {
   warmupS: number;
   connections: number;
 }): Promise<ClosedLoopResult & { cost: Cost }> {
-  const child = spawnNode("koa-baseline", TSX, "bench/baseline-child.ts", ["koa"], {});
+  return closedLoopBaseline("koa", {}, undefined, opts);
+}
+
+/**
+ * The same Koa stack as the daemon's API doing one Redis EVALSHA per request (see
+ * baseline-child.ts): the floor under any acknowledged emit. Its CPU is counted as "koa", Redis's
+ * as "redis".
+ */
+export async function koaEvalshaBaseline(opts: {
+  durationS: number;
+  warmupS: number;
+  connections: number;
+  redisUrl: string;
+  redisPid: number | undefined;
+}): Promise<ClosedLoopResult & { cost: Cost }> {
+  return closedLoopBaseline("koa-evalsha", { REDIS_URL: opts.redisUrl }, opts.redisPid, opts);
+}
+
+/** Closed-loop single emits against a baseline child (`baseline-child.ts <mode>`), after a warm-up. */
+async function closedLoopBaseline(
+  mode: "koa" | "koa-evalsha",
+  env: Record<string, string>,
+  redisPid: number | undefined,
+  opts: { durationS: number; warmupS: number; connections: number },
+): Promise<ClosedLoopResult & { cost: Cost }> {
+  const child = spawnNode(`${mode}-baseline`, TSX, "bench/baseline-child.ts", [mode], env);
   try {
     const m = await child.waitForLine(/^READY (\d+)/, 30_000);
     const url = `http://127.0.0.1:${m[1]}/v1/workflows/p_bench/events`;
     const body = JSON.stringify({ event: smallEvent(1) });
     const headers = { authorization: "Bearer not-checked-by-the-baseline" };
     await hammer({ url, body, headers, durationS: opts.warmupS, connections: opts.connections });
-    const meter = await startMeter({ koa: child.pid, bench: process.pid }, undefined);
+    const meter = await startMeter({ koa: child.pid, ...(redisPid ? { redis: redisPid } : {}), bench: process.pid }, undefined);
     const r = await hammer({ url, body, headers, durationS: opts.durationS, connections: opts.connections });
     return { ...r, cost: await meter(r.ok) };
   } finally {

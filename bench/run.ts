@@ -5,7 +5,7 @@
  * Exit 0 when every phase ran (targets missed or not); 1 when something crashed.
  *
  * Knobs (environment): BENCH_DURATION_S (10), BENCH_BACKLOG (20000), BENCH_CONNECTIONS (8),
- * BENCH_PHASES (comma list of koa,bullmq,drain,single,batch,latency,timer,srcinline,srchttp,sandbox; default
+ * BENCH_PHASES (comma list of koa,koaredis,bullmq,drain,single,batch,latency,timer,srcinline,srchttp,sandbox; default
  * all), BENCH_SOURCE_DURATION_S (5: load per HTTP-source phase), BENCH_SANDBOX_RUNS (2000),
  * BENCH_TIMER_S (10: how long the 1 s timer source ticks),
  * BENCH_CPU_PROF (directory for V8 CPU profiles of the daemon), BENCH_TRACE=1 (drain progress),
@@ -24,7 +24,7 @@ import { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { FANOUT_GROUP } from "../src/events/fanout.js";
 import { createKeys } from "../src/store/keys.js";
-import { bullmqBaseline, bullmqLatencyBaseline, drainResult, koaBaseline } from "./baselines.js";
+import { bullmqBaseline, bullmqLatencyBaseline, drainResult, koaBaseline, koaEvalshaBaseline } from "./baselines.js";
 import { cpuMsOf } from "./cpu.js";
 import { apiData, buildDaemon, type DaemonProcess, type Deployment, startDaemonProcess, startDeployment } from "./daemon-process.js";
 import { type ClosedLoopResult, hammer, openLoop, smallEvent } from "./load.js";
@@ -47,7 +47,19 @@ const envInt = (k: string, d: number) => {
   const v = Number(process.env[k]);
   return Number.isInteger(v) && v > 0 ? v : d;
 };
-const ALL_PHASES = ["koa", "bullmq", "drain", "single", "batch", "latency", "timer", "srcinline", "srchttp", "sandbox"] as const;
+const ALL_PHASES = [
+  "koa",
+  "koaredis",
+  "bullmq",
+  "drain",
+  "single",
+  "batch",
+  "latency",
+  "timer",
+  "srcinline",
+  "srchttp",
+  "sandbox",
+] as const;
 const PHASES = new Set((process.env.BENCH_PHASES ?? ALL_PHASES.join(",")).split(",").map((p) => p.trim()));
 const want = (p: (typeof ALL_PHASES)[number]) => PHASES.has(p);
 for (const p of PHASES) {
@@ -283,6 +295,18 @@ async function main(): Promise<Results> {
     log(`bare Koa baseline: ${S.durationS}s, ${S.connections} connections`);
     results.koa = await koaBaseline({ durationS: S.durationS, warmupS: S.warmupS, connections: S.connections });
     log(`  ${fmt(results.koa.reqPerSec)} req/s`);
+  }
+  // ---- 5b. The same Koa stack doing one EVALSHA per request: the floor under an acknowledged emit ----
+  if (want("koaredis")) {
+    log(`Koa + one EVALSHA per request baseline: ${S.durationS}s, ${S.connections} connections`);
+    results.koaRedis = await koaEvalshaBaseline({
+      durationS: S.durationS,
+      warmupS: S.warmupS,
+      connections: S.connections,
+      redisUrl: redisServer.url,
+      redisPid: redisServer.pid,
+    });
+    log(`  ${fmt(results.koaRedis.reqPerSec)} req/s`);
   }
 
   if (!(want("single") || want("batch") || want("latency") || RUNTIME_PHASES)) {

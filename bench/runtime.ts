@@ -7,7 +7,7 @@ import { performance } from "node:perf_hooks";
 import { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { QUEUES } from "../src/queue/catalog.js";
-import { INLINE_RUNS_PER_SOURCE } from "../src/runtime/endpoints.js";
+import { INLINE_RUNS_PER_SOURCE } from "../src/runtime/source-requests.js";
 import { schedulerId } from "../src/runtime/timers.js";
 import { spawnNode } from "./child.js";
 import { api, apiData } from "./daemon-process.js";

@@ -1,5 +1,5 @@
 import { Router } from "@koa/router";
-import Koa, { type Context, type Middleware } from "koa";
+import Koa, { type Middleware } from "koa";
 import { isUnderPrefix } from "../domain/path-prefix.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
@@ -21,37 +21,8 @@ import { userRoutes } from "./routes/users.js";
 import { webhookRoutes } from "./routes/webhooks.js";
 import { workflowRoutes } from "./routes/workflows.js";
 
-/**
- * A /v1 route matched before the router walks its layers: the ingress carries most of the traffic.
- * It runs behind the same middleware as every /v1 route (API key, JSON body) and is reported under
- * the same route label. It must also be registered on the router, which serves every spelling the
- * hot pattern leaves to it (a trailing slash, percent-encoded ids).
- */
-export interface HotRoute {
-  readonly method: "POST";
-  /** Template relative to /v1 with exactly one `:id` segment, e.g. `/workflows/:id/events`. */
-  readonly path: string;
-  readonly handler: (ctx: Context) => Promise<void>;
-}
-
 /** Extra /v1 routes contributed by other features (events, ingress, deliveries). */
-export type RouteModule = (router: Router, hot: (route: HotRoute) => void) => void;
-
-interface CompiledHotRoute {
-  readonly method: string;
-  readonly label: string;
-  readonly pattern: RegExp;
-  readonly handler: (ctx: Context) => Promise<void>;
-}
-
-/** `/workflows/:id/events` -> /^\/v1\/workflows\/([^/%]+)\/events$/ (exact spelling only). */
-export function compileHotRoute(route: HotRoute): CompiledHotRoute {
-  const parts = `/v1${route.path}`.split(":id");
-  if (parts.length !== 2) throw new Error(`hot route ${route.path} must have exactly one :id segment`);
-  const esc = (t: string) => t.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
-  const pattern = new RegExp(`^${esc(parts[0] as string)}([^/%]+)${esc(parts[1] as string)}$`);
-  return { method: route.method, label: `/v1${route.path}`, pattern, handler: route.handler };
-}
+export type RouteModule = (router: Router) => void;
 
 export interface ApiDeps {
   readonly logger: Logger;
@@ -172,27 +143,15 @@ export function createApp(deps: ApiDeps): Koa {
   webhookRoutes(v1, deps.webhooks);
   userRoutes(v1, deps.users);
   workflowRoutes(v1, deps.workflows);
-  const hot: CompiledHotRoute[] = [];
-  for (const mod of deps.v1Modules ?? []) mod(v1, (route) => hot.push(compileHotRoute(route)));
+  for (const mod of deps.v1Modules ?? []) mod(v1);
   const v1Routes = v1.routes() as unknown as Middleware;
   const v1Allowed = allowedMethods(v1) as unknown as Middleware;
 
   const endpoints = deps.endpoints;
-  // Dispatch by path prefix, so the hot /v1 path skips the ops, endpoint and admin middleware.
-  // Only paths starting with /v1 can match the /v1 router, and none of those can match the
-  // others; every other path crosses the same chain as before.
+  // Dispatch by path prefix, so /v1 requests skip the ops, endpoint and admin middleware. Only
+  // paths starting with /v1 can match the /v1 router, and none of those can match the others.
   app.use((ctx, next) => {
-    if (isV1Path(ctx.path)) {
-      for (const route of hot) {
-        const m = ctx.method === route.method ? route.pattern.exec(ctx.path) : null;
-        if (m) {
-          // What the router would have set for this route (handler params, metrics label).
-          Object.assign(ctx, { params: { id: m[1] }, _matchedRoute: route.label });
-          return user(ctx, () => body(ctx, () => route.handler(ctx)));
-        }
-      }
-      return v1Routes(ctx, () => v1Allowed(ctx, next));
-    }
+    if (isV1Path(ctx.path)) return v1Routes(ctx, () => v1Allowed(ctx, next));
     return opsRoutes(ctx, () =>
       opsAllowed(ctx, async () => {
         if (endpoints) await endpoints(ctx, () => adminGroup(ctx, next));

@@ -1,18 +1,15 @@
-import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { Redis } from "ioredis";
 import { pino } from "pino";
+import { createConnections } from "../app/connections.js";
+import { createCore } from "../app/core.js";
+import { Shutdown } from "../app/shutdown.js";
 import { ConfigError, loadConfig } from "../config/load.js";
 import { AppError } from "../domain/errors.js";
 import { projectRoot } from "../paths.js";
 import { embeddedUrlFile } from "../redis/embedded.js";
 import { parseNewUser } from "../services/users.js";
-import type { StoreContext } from "../store/context.js";
-import { createKeys } from "../store/keys.js";
-import { UserStore } from "../store/users.js";
-import { createCliDeletion } from "./deletion.js";
 
 const USAGE = `usage: tributary users <command>
   users create --username NAME --email EMAIL [--plan free|paid]   prints the new user and its API key
@@ -65,9 +62,17 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
     return 1;
   }
   const print = (value: unknown) => io.stdout(`${JSON.stringify(value, null, 2)}\n`);
-  const redis = new Redis(url, { maxRetriesPerRequest: 2 });
-  const ctx: StoreContext = { redis, keys: createKeys(config.keyPrefix), now: Date.now, randomBytes: (n) => randomBytes(n) };
-  const users = new UserStore(ctx);
+  // Logs go to stderr: stdout carries the command's JSON answer.
+  const logger = pino({ level: config.logLevel, base: { service: "tributary-cli" } }, pino.destination(2));
+  // The daemon's own graph (app/core.ts) over one shared connection; nothing here starts a worker
+  // or listens. `users delete` is the admin API's UserDeletion: deactivate hooks run in a local
+  // sandbox, timers are handed to the scheduler role through its control stream.
+  const shutdown = new Shutdown(config.shutdownTimeoutMs, logger);
+  const conns = createConnections(url, { commandTimeoutMs: config.redisCommandTimeoutMs, logger, shared: true });
+  shutdown.on("redis", "connections", () => conns.closeAll());
+  const registryDir = opts.registryDir ?? path.join(projectRoot(), "registry");
+  const core = createCore({ config, logger, conns, registryDir, shutdown });
+  const users = core.stores.users;
   try {
     switch (command) {
       case "create": {
@@ -85,15 +90,7 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
         return 0;
       case "delete": {
         const id = required(arg);
-        // Logs go to stderr: stdout carries the command's JSON answer.
-        const logger = pino({ level: config.logLevel, base: { service: "tributary-cli" } }, pino.destination(2));
-        const registryDir = opts.registryDir ?? path.join(projectRoot(), "registry");
-        const cli = createCliDeletion({ config, redis, ctx, users, logger, registryDir });
-        try {
-          await cli.deletion.delete(id);
-        } finally {
-          await cli.close();
-        }
+        await core.services.userDeletion.delete(id);
         print({ id, deleted: true });
         return 0;
       }
@@ -102,7 +99,7 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
         return 2;
     }
   } finally {
-    redis.disconnect();
+    await shutdown.run();
   }
 }
 

@@ -7,7 +7,7 @@ import type { DeliveryJob } from "../queue/catalog.js";
 import type { WebhookRecord, WebhookStore } from "../store/webhooks.js";
 import type { ListenerCache } from "../store/listener-cache.js";
 import type { WorkflowRecord, WorkflowStore } from "../store/workflows.js";
-import type { AttemptLog, DeliveryRecord } from "./attempt-log.js";
+import type { AttemptLog, DeliveryRecord } from "../store/attempt-log.js";
 import { recordBaseOf } from "./jobs.js";
 import { type Destination, prepareRequest } from "./prepare.js";
 import type { Sender, SendResult } from "./sender.js";

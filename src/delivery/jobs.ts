@@ -2,7 +2,7 @@ import type { Queue } from "bullmq";
 import { type JobLifecycle, JOB_STARTS, jobBudget, legacyOrigin } from "../domain/delivery-plan.js";
 import { deliveryJob, type DeliveryJob, type DeliveryJobData } from "../queue/catalog.js";
 import { deliveryJobOpts } from "../queue/job-options.js";
-import type { DeliveryBase, DeliveryRecord } from "./attempt-log.js";
+import type { DeliveryBase, DeliveryRecord } from "../store/attempt-log.js";
 
 /**
  * Every delivery job is built, read and queued here: fan-out's first attempts, the retries after a

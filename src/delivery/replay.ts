@@ -1,6 +1,6 @@
 import type { Queue } from "bullmq";
 import { ConflictError, NotFoundError } from "../domain/errors.js";
-import type { AttemptLog } from "./attempt-log.js";
+import type { AttemptLog } from "../store/attempt-log.js";
 import { DeliveryJobQueue, replayJob, replayJobId } from "./jobs.js";
 
 /** Re-queues a failed delivery with a fresh attempt budget (SPEC §6 replay). */

@@ -51,6 +51,7 @@ const DRAIN_LIMIT_BYTES = 64 * 1024;
 export function createSender(options: SenderOptions): Sender {
   const now = options.now ?? (() => performance.now());
   const inFlight = new Set<EventEmitter>();
+  const targets = new ParsedTargets();
   let closed = false;
 
   async function send(req: SendRequest): Promise<SendResult> {
@@ -66,7 +67,7 @@ export function createSender(options: SenderOptions): Sender {
     }, options.timeoutMs);
     inFlight.add(abort);
     try {
-      const target = targetOf(req.url);
+      const target = targets.of(req.url);
       // The dispatcher's own request API: the URL is parsed once per distinct URL, not per attempt.
       const res = await options.agent.request({
         origin: target.origin,
@@ -119,18 +120,22 @@ export function createSender(options: SenderOptions): Sender {
 }
 
 /** origin + path of a delivery URL, parsed once per distinct URL (a webhook's URL rarely changes). */
-function targetOf(url: string): { origin: string; path: string } {
-  let t = parsedTargets.get(url);
-  if (t === undefined) {
-    const u = new URL(url);
-    t = { origin: u.origin, path: `${u.pathname}${u.search}` };
-    if (parsedTargets.size >= MAX_PARSED_TARGETS) parsedTargets.clear();
-    parsedTargets.set(url, t);
+class ParsedTargets {
+  private readonly parsed = new Map<string, { origin: string; path: string }>();
+
+  constructor(private readonly max = 10_000) {}
+
+  of(url: string): { origin: string; path: string } {
+    let t = this.parsed.get(url);
+    if (t === undefined) {
+      const u = new URL(url);
+      t = { origin: u.origin, path: `${u.pathname}${u.search}` };
+      if (this.parsed.size >= this.max) this.parsed.clear();
+      this.parsed.set(url, t);
+    }
+    return t;
   }
-  return t;
 }
-const parsedTargets = new Map<string, { origin: string; path: string }>();
-const MAX_PARSED_TARGETS = 10_000;
 
 /** Why an attempt got no response, for `classifyAttempt`. */
 export function classifySendError(err: unknown): AttemptErrorKind {

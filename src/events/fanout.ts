@@ -8,31 +8,12 @@ import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import { SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
 import type { Keys } from "../store/keys.js";
+import { FANOUT_GROUP, OutboxStream, type StreamEntries } from "../store/outbox-stream.js";
 import type { SubscriptionStore } from "../store/subscriptions.js";
 import { type FanoutOrigin, type FanoutPlan, planFanout, planLookups, uniqueListeners } from "./fanout-plan.js";
 import { type OutboxEntry, parseOutboxEntry } from "./outbox.js";
 
-export const FANOUT_GROUP = "fanout";
-
-/**
- * Drops consumers of the fan-out group that hold no pending entry and have not touched the outbox
- * for ARGV[2] ms (processes that stopped or died: every start registers a new consumer). The
- * pending check and the deletion are one atomic step, so no entry can be dropped with its
- * consumer; a live consumer deleted anyway would be registered again by its next read.
- * KEYS[1] outbox; ARGV[1] group, ARGV[2] minimum idle ms, ARGV[3] the caller's consumer (kept).
- */
-const PRUNE_CONSUMERS_LUA = `
-local removed = 0
-for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
-  local f = {}
-  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
-  if f['name'] ~= ARGV[3] and tonumber(f['pending']) == 0 and tonumber(f['idle']) >= tonumber(ARGV[2]) then
-    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
-    removed = removed + 1
-  end
-end
-return removed
-`;
+export { FANOUT_GROUP };
 
 /** How often a fan-out worker prunes, and how long a consumer must have been idle to go. */
 const PRUNE_EVERY_MS = 10 * 60_000;
@@ -61,7 +42,7 @@ export interface FanoutDeps {
   direct?: DirectDelivery;
 }
 
-type XEntries = [string, string[]][];
+type XEntries = StreamEntries;
 
 /**
  * Reads the outbox through a consumer group and turns each event into one delivery per matching
@@ -85,37 +66,32 @@ export class FanoutWorker {
   private settled: string[] = [];
   private readonly flushes = new Set<Promise<void>>();
 
+  private readonly outbox: OutboxStream;
+
   constructor(private readonly d: FanoutDeps) {
-    if (!("tribPruneConsumers" in d.redis)) d.redis.defineCommand("tribPruneConsumers", { numberOfKeys: 1, lua: PRUNE_CONSUMERS_LUA });
+    this.outbox = new OutboxStream(d.redis, d.blocking, d.keys);
   }
 
-  /** Removes consumers idle for `minIdleMs` with nothing pending (see PRUNE_CONSUMERS_LUA); returns how many. */
+  /** Removes consumers idle for `minIdleMs` with nothing pending (store/scripts/prune-consumers.ts); returns how many. */
   async pruneConsumers(minIdleMs = PRUNE_IDLE_MS): Promise<number> {
-    // defineCommand (constructor) adds the method at run time; this is its signature.
-    const redis = this.d.redis as Redis & {
-      tribPruneConsumers(outbox: string, group: string, minIdleMs: number, keep: string): Promise<number>;
-    };
-    return redis.tribPruneConsumers(this.d.keys.outbox(), FANOUT_GROUP, minIdleMs, this.d.consumer);
+    return this.outbox.pruneConsumers(this.d.consumer, minIdleMs);
   }
 
-  /** Creates the consumer group (from the start of the outbox, so nothing added earlier is missed). */
-  private async ensureGroup(): Promise<void> {
-    await this.d.redis.xgroup("CREATE", this.d.keys.outbox(), FANOUT_GROUP, "0", "MKSTREAM").catch((err: Error) => {
-      if (!/BUSYGROUP/.test(err.message)) throw err;
-    });
+  private ensureGroup(): Promise<void> {
+    return this.outbox.ensureGroup();
   }
 
   async start(): Promise<void> {
     await this.ensureGroup();
     // Listed in XINFO CONSUMERS from the start (a blocked XREADGROUP on an empty outbox does not
     // register it), so operators and the bench can see which processes consume.
-    await this.d.redis.xgroup("CREATECONSUMER", this.d.keys.outbox(), FANOUT_GROUP, this.d.consumer);
+    await this.outbox.createConsumer(this.d.consumer);
     this.running = true;
     this.loop = this.run();
   }
 
   private async run(): Promise<void> {
-    const { blocking, keys, logger } = this.d;
+    const { logger } = this.d;
     /** Entries fanned out by the last round, acknowledged in the same write as the next read. */
     let toAck: string[] = [];
     while (this.running) {
@@ -135,26 +111,9 @@ export class FanoutWorker {
         }
         // XACK + XDEL of the previous round and the next XREADGROUP share one round trip; Redis
         // runs them in order, so an entry is acknowledged only after its jobs were added.
-        const pipe = blocking.pipeline();
-        if (toAck.length > 0) pipe.xack(keys.outbox(), FANOUT_GROUP, ...toAck).xdel(keys.outbox(), ...toAck);
-        pipe.xreadgroup(
-          "GROUP",
-          FANOUT_GROUP,
-          this.d.consumer,
-          "COUNT",
-          this.d.batchSize ?? 200,
-          "BLOCK",
-          1000,
-          "STREAMS",
-          keys.outbox(),
-          ">",
-        );
-        const replies = (await pipe.exec()) ?? [];
+        const acking = toAck;
         toAck = [];
-        const failed = replies.find(([err]) => err);
-        if (failed) throw failed[0];
-        const res = replies.at(-1)?.[1] as [string, XEntries][] | null;
-        const entries = res?.[0]?.[1] ?? [];
+        const entries = await this.outbox.ackAndRead(acking, this.d.consumer, this.d.batchSize ?? 200, 1000);
         if (entries.length > 0) toAck = await this.fanOut(entries);
       } catch (err) {
         if (!this.running) break;
@@ -191,10 +150,7 @@ export class FanoutWorker {
 
   /** Resets the idle time of held entries (XCLAIM to ourselves, JUSTID: no delivery count). */
   private async renewLease(): Promise<void> {
-    const ids = [...this.held.keys()];
-    for (let i = 0; i < ids.length; i += 500) {
-      await this.d.redis.xclaim(this.d.keys.outbox(), FANOUT_GROUP, this.d.consumer, 0, ...ids.slice(i, i + 500), "JUSTID");
-    }
+    await this.outbox.renewLease(this.d.consumer, [...this.held.keys()]);
   }
 
   /**
@@ -212,33 +168,20 @@ export class FanoutWorker {
     );
   }
 
-  private async ack(ids: readonly string[]): Promise<void> {
-    await this.d.redis
-      .multi()
-      .xack(this.d.keys.outbox(), FANOUT_GROUP, ...ids)
-      .xdel(this.d.keys.outbox(), ...ids)
-      .exec();
+  private ack(ids: readonly string[]): Promise<void> {
+    return this.outbox.ack(ids);
   }
 
   /** Takes over entries a crashed consumer left pending. */
   private async reclaim(): Promise<void> {
     let cursor = "0-0";
     for (let round = 0; round < 50; round++) {
-      const res = (await this.d.redis.xautoclaim(
-        this.d.keys.outbox(),
-        FANOUT_GROUP,
-        this.d.consumer,
-        this.d.claimIdleMs,
-        cursor,
-        "COUNT",
-        200,
-      )) as [string, XEntries, string[]?];
-      const entries = (res[1] ?? []).filter((e) => e && Array.isArray(e[1]));
+      const { entries, next } = await this.outbox.takeOver(this.d.consumer, this.d.claimIdleMs, cursor, 200);
       if (entries.length > 0) {
         this.d.logger.info({ count: entries.length }, "fan-out: took over pending outbox entries");
         await this.process(entries);
       }
-      cursor = res[0];
+      cursor = next;
       if (cursor === "0-0") break;
     }
   }

@@ -4,8 +4,7 @@ import { ValidationError } from "../domain/errors.js";
 import { newId, type RandomBytes } from "../domain/ids.js";
 import type { Metrics } from "../observability/metrics.js";
 import { channelLabel } from "../observability/metrics.js";
-import type { WorkflowService } from "../services/workflows.js";
-import type { EmitMeta, EmitterKind, EventStore, NewEvent } from "./store.js";
+import type { EmitMeta, EmitterKind, EventStore, IngressCharge, NewEvent } from "../store/events.js";
 
 export const MAX_BATCH = 1000;
 
@@ -65,18 +64,37 @@ export function parseEmitBody(body: unknown): { batch: boolean; emits: EmitInput
 }
 
 /**
+ * What ingest needs from the workflow registry (services/workflows.ts implements it): the key of a
+ * workflow's record, and registering a workflow on its first emit (which applies auto-subscriptions).
+ */
+export interface WorkflowRegistry {
+  recordKey(userId: string, id: string): string;
+  ensure(userId: string, id: string): Promise<void>;
+}
+
+/** What ingest needs of the per-user ingress rate (services/ingress-rate.ts implements it). */
+export interface IngressAdmission {
+  /** Takes `events` tokens now, or throws 429/413. */
+  admit(userId: string, events: number): Promise<void>;
+  /** The charge a record takes in its own step (undefined: unlimited), or throws 413 for a batch that can never pass. */
+  charge(userId: string, events: number): IngressCharge | undefined;
+  /** The 429 for a charge the bucket could not pay. */
+  refused(waitMs: number): Error;
+}
+
+/**
  * Records events for an emitter. Consecutive events on the same channel go in one atomic script
  * call; the ids come back in input order.
  */
 export class Ingest {
   constructor(
     private readonly events: EventStore,
-    private readonly workflows: WorkflowService,
+    private readonly workflows: WorkflowRegistry,
     private readonly metrics: Metrics,
     private readonly now: () => number,
     private readonly randomBytes: RandomBytes,
     /** The per-user ingress rate (services/ingress-rate.ts); none = unlimited. */
-    private readonly rate?: { admit(userId: string, events: number): Promise<void> },
+    private readonly rate?: IngressAdmission,
   ) {}
 
   async recordFor(
@@ -86,8 +104,11 @@ export class Ingest {
     emits: readonly EmitInput[],
     hops = 0,
     guard?: { key: string; ensure: () => Promise<void> },
+    /** Tokens of the user's ingress bucket, taken by the first record step (all or nothing). */
+    charge?: IngressCharge,
   ): Promise<string[]> {
     const acceptedAtMs = this.now();
+    let unpaid = charge;
     const ids: string[] = [];
     let i = 0;
     while (i < emits.length) {
@@ -99,13 +120,19 @@ export class Ingest {
         i++;
       }
       const input = { userId, emitterId, emitterKind: kind, channel, events: run, hops, acceptedAtMs };
-      let recorded = guard ? await this.events.recordGuarded(input, guard.key) : await this.events.record(input);
+      let recorded = await this.events.recordGuarded(input, guard?.key, unpaid);
       if (recorded === null) {
         // The guard key (the workflow record) is missing: register first, then record.
         await guard?.ensure();
-        recorded = await this.events.record(input);
+        recorded = await this.events.recordGuarded(input, undefined, unpaid);
       }
-      ids.push(...recorded);
+      if (recorded === null) throw new Error("an unguarded record wrote nothing");
+      if ("waitMs" in recorded) {
+        // The bucket could not pay: nothing of the request was recorded (the charge is the first step).
+        throw this.rate ? this.rate.refused(recorded.waitMs) : new Error("an ingress charge without an ingress rate");
+      }
+      unpaid = undefined;
+      ids.push(...recorded.ids);
       this.metrics.eventsIngested.inc({ emitter_kind: kind, channel: channelLabel(channel) }, run.length);
     }
     return ids;
@@ -113,17 +140,15 @@ export class Ingest {
 
   /**
    * A workflow's $send.emit(): registers the workflow first (auto-subscriptions before fan-out).
-   * The events count against the user's ingress rate.
-   * The record script itself checks that the workflow record exists, so a known workflow costs no
-   * extra round trip; an unknown (or deleted) one is registered and the events recorded after.
+   * Every event of a batch counts against the user's ingress rate (429 past it, nothing recorded);
+   * the record script takes the tokens itself, in the step that checks that the workflow record
+   * exists and records, so a known workflow's emit is one round trip. An unknown (or deleted) one is
+   * registered first and its events recorded (and charged) after.
    */
   async workflowEmit(userId: string, workflowId: string, emits: readonly EmitInput[]): Promise<string[]> {
-    // Every event of a batch counts against the user's ingress rate (429 past it, nothing recorded).
-    await this.rate?.admit(userId, emits.length);
-    return this.recordFor(userId, workflowId, "workflow", emits, 0, {
-      key: this.workflows.recordKey(userId, workflowId),
-      ensure: () => this.workflows.ensure(userId, workflowId),
-    });
+    const charge = this.rate?.charge(userId, emits.length);
+    const guard = { key: this.workflows.recordKey(userId, workflowId), ensure: () => this.workflows.ensure(userId, workflowId) };
+    return this.recordFor(userId, workflowId, "workflow", emits, 0, guard, charge);
   }
 
   /** A workflow error on $errors, with original_context filled in (SPEC §3). */

@@ -2,7 +2,7 @@ import { type ConnectionOptions, type Job, Worker } from "bullmq";
 import type { Logger } from "../observability/logger.js";
 import { maintenanceJob, QUEUES } from "../queue/catalog.js";
 import { WORKER_RECOVERY } from "../queue/worker-options.js";
-import type { EventStore } from "./store.js";
+import type { EventStore } from "../store/events.js";
 
 /** Works asynchronous chores: event deletion for DELETE /sources/{id}/events (answers 202 first). */
 export class MaintenanceWorker {

@@ -1,10 +1,10 @@
-import type { EmitterKind } from "./store.js";
+import type { EmitterKind } from "../store/events.js";
 
 /**
- * The outbox wire format: what the record script (`record-lua.ts`) writes to the outbox stream for
+ * The outbox wire format: what the record script (`store/scripts/record-events.ts`) writes to the outbox stream for
  * each event a listener may want, and what fan-out reads back. Both sides are described here; the
  * writer is Lua (it must be part of the record's atomic step), so the field names below are
- * repeated in RECORD_EVENTS_LUA's `XADD`, and test/unit/outbox.test.ts fails when the two drift.
+ * repeated in RECORD_EVENTS's `XADD`, and test/unit/outbox.test.ts fails when the two drift.
  *
  * One stream entry per event, as field/value pairs:
  *

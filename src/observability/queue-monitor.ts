@@ -1,16 +1,10 @@
 import type { Queue } from "bullmq";
-import type { Redis } from "ioredis";
 import type { Metrics } from "./metrics.js";
 
-/** The outbox stream and its fan-out consumer group, sampled as the queue "outbox". */
+/** The outbox stream and its fan-out consumer group (store/outbox-stream.ts), sampled as the queue "outbox". */
 export interface OutboxProbe {
-  redis: Redis;
-  key: string;
-  group: string;
+  stats(): Promise<{ length: number; pending: number; oldestMs: number | undefined }>;
 }
-
-/** Milliseconds of a stream id (`<ms>-<seq>`). */
-const idMs = (id: string): number => Number(id.slice(0, id.indexOf("-")));
 
 /**
  * Samples queue depth and the age of the oldest waiting job every few seconds, so the backlog and
@@ -53,16 +47,11 @@ export class QueueMonitor {
 
   private async sampleOutbox(): Promise<void> {
     if (!this.outbox) return;
-    const { redis, key, group } = this.outbox;
     try {
-      const replies = await redis.pipeline().xlen(key).xpending(key, group).xrange(key, "-", "+", "COUNT", 1).exec();
-      if (!replies || replies.some(([err]) => err)) return;
-      const length = Number(replies[0]?.[1] ?? 0);
-      const pending = Number((replies[1]?.[1] as unknown[] | undefined)?.[0] ?? 0);
-      const [first] = (replies[2]?.[1] as [string, string[]][] | undefined) ?? [];
+      const { length, pending, oldestMs } = await this.outbox.stats();
       this.metrics.queueDepth.set({ queue: "outbox", state: "waiting" }, Math.max(0, length - pending));
       this.metrics.queueDepth.set({ queue: "outbox", state: "active" }, pending);
-      this.metrics.queueOldestAge.set({ queue: "outbox" }, first ? Math.max(0, Date.now() - idMs(first[0])) / 1000 : 0);
+      this.metrics.queueOldestAge.set({ queue: "outbox" }, oldestMs !== undefined ? Math.max(0, Date.now() - oldestMs) / 1000 : 0);
     } catch {
       // As above: keep the last values.
     }

@@ -1,11 +1,13 @@
 import type { Config } from "../config/schema.js";
-import type { ComponentAnalyzer } from "../services/component-analyzer.js";
+import type { ComponentMeta } from "../domain/component-meta.js";
 import { ComponentCompiler } from "./component/compiler.js";
 import { createMetaSandbox, loadComponent } from "./component/meta.js";
 import type { SandboxCrash } from "./sandbox/process-sandbox.js";
 
 /** The analyzer with the parts its owner needs: a health check for readiness, and close. */
-export interface Analyzer extends ComponentAnalyzer {
+export interface Analyzer {
+  /** Compiles and inspects code; throws ValidationError (400) when it is not a component. */
+  analyze(code: string): Promise<{ meta: ComponentMeta; compiled: string }>;
   /** False while the component compiler cannot compile a trivial component. */
   healthy(): Promise<boolean>;
   /** Disposes the metadata sandbox's isolates. */

@@ -1,5 +1,4 @@
 import type { IncomingMessage } from "node:http";
-import { PayloadTooLargeError } from "../domain/errors.js";
 import { exceedsDepth } from "../domain/json-depth.js";
 
 /** The event an HTTP source's run() receives (SPEC §5). */
@@ -10,21 +9,6 @@ export interface HttpEvent {
   headers: Record<string, string>;
   bodyRaw: string;
   body: unknown;
-}
-
-/** Reads the whole body up to `limit` bytes; more is a 413 (the rest is not buffered). */
-export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  const declared = Number(req.headers["content-length"] ?? 0);
-  if (declared > limit) throw new PayloadTooLargeError();
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    const buf = chunk as Buffer;
-    size += buf.length;
-    if (size > limit) throw new PayloadTooLargeError();
-    chunks.push(buf);
-  }
-  return Buffer.concat(chunks);
 }
 
 /** JSON when it parses (whatever the content type claims), a form when it is one, else the raw text. */

@@ -1,6 +1,5 @@
 import type { ConnectionOptions, Queue } from "bullmq";
 import type { Redis } from "ioredis";
-import type { Middleware } from "koa";
 import type { Agent } from "undici";
 import type { Config, Role } from "../config/schema.js";
 import type { RandomBytes } from "../domain/ids.js";
@@ -8,15 +7,14 @@ import type { Ingest } from "../events/ingest.js";
 import { guardedFetchText } from "../net/fetch-text.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
-import type { ComponentService } from "../services/components.js";
-import type { SourceLifecycle } from "../services/sources.js";
+import type { ComponentCatalog } from "./ports.js";
 import type { Keys } from "../store/keys.js";
 import type { SourceStore } from "../store/sources.js";
 import type { UserStore } from "../store/users.js";
-import { sourceEndpoints } from "./endpoints.js";
+import { SourceRequests } from "./source-requests.js";
 import { RuntimeLifecycle } from "./lifecycle.js";
 import { Quotas } from "./quotas.js";
-import { RateLimiter } from "./rate-limit.js";
+import { RateLimiter } from "../store/rate-limit.js";
 import { SourceRunner } from "./runner.js";
 import { ProcessSandbox, type SandboxCrash } from "./sandbox/process-sandbox.js";
 import type { HostFetch } from "./sandbox/types.js";
@@ -36,7 +34,7 @@ export interface RuntimeDeps {
   agent: Agent;
   users: UserStore;
   sourceStore: SourceStore;
-  components: ComponentService;
+  components: ComponentCatalog;
   ingest: Ingest;
   /** The per-user ingress rate that HTTP source requests count against. */
   ingressRate?: { admit(userId: string, events: number): Promise<void> };
@@ -51,9 +49,9 @@ export interface RuntimeDeps {
 /** The source runtime (SPEC §5) as the rest of the daemon sees it. */
 export interface Runtime {
   /** Hooks and timers around a source's life. */
-  readonly lifecycle: SourceLifecycle;
-  /** HTTP source endpoints under /e/<token>. */
-  readonly endpoints: Middleware;
+  readonly lifecycle: RuntimeLifecycle;
+  /** Requests to HTTP source endpoints (served under /e/<token> by api/routes/source-endpoints.ts). */
+  readonly requests: SourceRequests;
   /** Starts the workers (worker role) and the timer scheduler (scheduler role). */
   start(roles: ReadonlySet<Role>): Promise<void>;
   /** True while the workers and scheduler this process started are running. */
@@ -116,7 +114,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
   });
   const timerControl = new TimerControl(d.redis, d.keys);
   const lifecycle = new RuntimeLifecycle(runner, d.components, timerControl, d.logger);
-  const endpoints = sourceEndpoints({
+  const requests = new SourceRequests({
     sources: d.sourceStore,
     components: d.components,
     runner,
@@ -125,7 +123,6 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     ingress: d.ingressRate,
     keys: d.keys,
     queue: d.sourceRunQueue,
-    bodyLimitBytes: config.bodyLimitBytes,
     logger: d.logger,
     now: d.now,
   });
@@ -133,7 +130,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
   let scheduler: TimerScheduler | undefined;
   return {
     lifecycle,
-    endpoints,
+    requests,
     async start(roles) {
       // Hooks and queued runs use `sandbox` (every role); `inlineSandbox` (customResponse runs)
       // starts with its first run, sparing its memory (~70 MB) where no source answers inline.

@@ -1,16 +1,16 @@
 import { ValidationError } from "../domain/errors.js";
 import type { Logger } from "../observability/logger.js";
-import type { ComponentService } from "../services/components.js";
-import type { SourceLifecycle } from "../services/sources.js";
+import type { ComponentCatalog } from "./ports.js";
 import type { ComponentRecord } from "../store/components.js";
 import type { SourceRecord } from "../store/sources.js";
 import type { SourceRunner } from "./runner.js";
 import type { RunMethod, RunResult } from "./sandbox/types.js";
 import type { TimerControl } from "./timers.js";
 
-interface Prepared {
-  component: ComponentRecord;
-  results: RunResult[];
+/** What `prepare` hands to `committed`: the hooks' results, recorded once the source is saved. */
+export interface PreparedHooks {
+  readonly component: ComponentRecord;
+  readonly results: readonly RunResult[];
 }
 
 /**
@@ -20,12 +20,10 @@ interface Prepared {
  * deactivate on delete is logged and the deletion goes on (otherwise a broken hook would make a
  * source undeletable).
  */
-export class RuntimeLifecycle implements SourceLifecycle {
-  private readonly prepared = new Map<string, Prepared>();
-
+export class RuntimeLifecycle {
   constructor(
     private readonly runner: SourceRunner,
-    private readonly components: ComponentService,
+    private readonly components: ComponentCatalog,
     private readonly timers: TimerControl,
     private readonly logger: Logger,
   ) {}
@@ -53,7 +51,7 @@ export class RuntimeLifecycle implements SourceLifecycle {
     return { results, db };
   }
 
-  async prepare(event: "create" | "update", next: SourceRecord, component: ComponentRecord, prev?: SourceRecord): Promise<void> {
+  async prepare(event: "create" | "update", next: SourceRecord, component: ComponentRecord, prev?: SourceRecord): Promise<PreparedHooks> {
     const results: RunResult[] = [];
     let db: Record<string, unknown> | undefined;
     if (event === "update" && prev?.active) {
@@ -70,13 +68,12 @@ export class RuntimeLifecycle implements SourceLifecycle {
     const methods: RunMethod[] = event === "create" ? ["deploy"] : [];
     if (next.active) methods.push("activate");
     results.push(...(await this.runHooks(next, component, methods, db)).results);
-    this.prepared.set(next.id, { component, results });
+    return { component, results };
   }
 
-  async committed(_event: "create" | "update", next: SourceRecord): Promise<void> {
-    const p = this.prepared.get(next.id);
-    this.prepared.delete(next.id);
-    if (p) for (const r of p.results) await this.runner.apply(next, p.component, r, null, 0);
+  /** Records what the hooks of `prepared` emitted and stored, and hands the timer to the scheduler. */
+  async committed(prepared: PreparedHooks, next: SourceRecord): Promise<void> {
+    for (const r of prepared.results) await this.runner.apply(next, prepared.component, r, null, 0);
     await this.timers.request(next.user_id, next.id);
   }
 

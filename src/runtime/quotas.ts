@@ -1,6 +1,6 @@
 import type { Redis } from "ioredis";
-import { billingPeriod, utcDay } from "../services/users.js";
 import type { Keys } from "../store/keys.js";
+import { UsageCounters } from "../store/usage.js";
 import type { UserStore } from "../store/users.js";
 
 export type QuotaVerdict = { ok: true; plan: "free" | "paid" } | { ok: false; reason: string; retryAfterSeconds: number };
@@ -10,13 +10,17 @@ export type QuotaVerdict = { ok: true; plan: "free" | "paid" } | { ok: false; re
  * users' billing-period invocations (SPEC §5). Counters live in per-day hashes that expire.
  */
 export class Quotas {
+  private readonly usage: UsageCounters;
+
   constructor(
-    private readonly redis: Redis,
-    private readonly keys: Keys,
+    redis: Redis,
+    keys: Keys,
     private readonly users: UserStore,
     private readonly limits: { dailyInvocations: number; dailyComputeMs: number },
     private readonly now: () => number = Date.now,
-  ) {}
+  ) {
+    this.usage = new UsageCounters(redis, keys);
+  }
 
   private secondsToMidnight(): number {
     const n = this.now();
@@ -28,15 +32,15 @@ export class Quotas {
     const user = await this.users.get(userId);
     if (!user) return { ok: false, reason: "user no longer exists", retryAfterSeconds: 3600 };
     if (user.plan === "paid") return { ok: true, plan: "paid" };
-    const [inv, ms] = await this.redis.hmget(this.keys.usage(userId, utcDay(this.now())), "invocations", "compute_ms");
-    if (Number(inv ?? 0) >= this.limits.dailyInvocations) {
+    const { invocations, computeMs } = await this.usage.today(userId, this.now());
+    if (invocations >= this.limits.dailyInvocations) {
       return {
         ok: false,
         reason: `daily invocations quota (${this.limits.dailyInvocations}) reached`,
         retryAfterSeconds: this.secondsToMidnight(),
       };
     }
-    if (Number(ms ?? 0) >= this.limits.dailyComputeMs) {
+    if (computeMs >= this.limits.dailyComputeMs) {
       return {
         ok: false,
         reason: `daily compute time quota (${this.limits.dailyComputeMs} ms) reached`,
@@ -48,22 +52,6 @@ export class Quotas {
 
   /** Counts one run and its sandbox time. */
   async record(userId: string, plan: "free" | "paid", computeMs: number): Promise<void> {
-    const nowMs = this.now();
-    if (plan === "paid") {
-      const key = this.keys.billingUsage(userId, billingPeriod(nowMs).start);
-      await this.redis
-        .multi()
-        .hincrby(key, "invocations", 1)
-        .expire(key, 40 * 86_400)
-        .exec();
-      return;
-    }
-    const key = this.keys.usage(userId, utcDay(nowMs));
-    await this.redis
-      .multi()
-      .hincrby(key, "invocations", 1)
-      .hincrbyfloat(key, "compute_ms", Math.max(0, computeMs))
-      .expire(key, 2 * 86_400)
-      .exec();
+    await this.usage.countRun(userId, plan, computeMs, this.now());
   }
 }

@@ -4,9 +4,8 @@ import { newId, type RandomBytes } from "../domain/ids.js";
 import type { EmitInput, Ingest } from "../events/ingest.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
-import type { ComponentService } from "../services/components.js";
+import type { ComponentCatalog } from "./ports.js";
 import type { ComponentRecord } from "../store/components.js";
-import { parseStored } from "../store/context.js";
 import { DedupeStateStore } from "../store/dedupe-state.js";
 import type { Keys } from "../store/keys.js";
 import type { SourceRecord, SourceStore } from "../store/sources.js";
@@ -39,7 +38,7 @@ export interface RunnerDeps {
   /** A separate pool for runs that answer an HTTP request inline, so a flood of them cannot starve queued runs. */
   inlineSandbox: SandboxService;
   sources: SourceStore;
-  components: ComponentService;
+  components: ComponentCatalog;
   ingest: Ingest;
   quotas: Quotas;
   metrics: Metrics;
@@ -103,8 +102,7 @@ export class SourceRunner {
     dbState?: Record<string, unknown>,
   ): Promise<RunResult> {
     const compiledCode = await this.d.components.compiled(source.user_id, component);
-    const db =
-      dbState ?? parseStored<Record<string, unknown>>(await this.d.redis.get(this.d.keys.sourceDb(source.user_id, source.id))) ?? {};
+    const db = dbState ?? (await this.d.sources.db(source.user_id, source.id)) ?? {};
     const sandbox = onRespond ? this.d.inlineSandbox : this.d.sandbox;
     return sandbox.run({ compiledCode, sourceId: source.id, method, props: source.configured_props, db, event, onRespond });
   }
@@ -113,7 +111,7 @@ export class SourceRunner {
   async apply(source: SourceRecord, component: ComponentRecord, result: RunResult, originalEvent: unknown, hops: number): Promise<void> {
     const { d } = this;
     const userId = source.user_id;
-    if (result.dbChanged) await d.redis.set(d.keys.sourceDb(userId, source.id), JSON.stringify(result.db));
+    if (result.dbChanged) await d.sources.saveDb(userId, source.id, result.db);
     let kept = result.emits;
     const strategy = component.dedupe;
     if (strategy && kept.length > 0) {

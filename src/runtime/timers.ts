@@ -4,6 +4,7 @@ import type { Redis } from "ioredis";
 import type { Logger } from "../observability/logger.js";
 import type { Keys } from "../store/keys.js";
 import type { SourceRecord, SourceStore } from "../store/sources.js";
+import { type TimerRequest, TimerControlStore } from "../store/timer-control.js";
 
 /** The BullMQ job scheduler id of a source's timer. */
 export const schedulerId = (sourceId: string): string => `tick-${sourceId}`;
@@ -21,17 +22,16 @@ export function timerOf(source: SourceRecord): { cron: string | null; intervalSe
 
 /** API side: asks the scheduler role to reconcile a source's timer (durable: a stream entry). */
 export class TimerControl {
-  constructor(
-    private readonly redis: Redis,
-    private readonly keys: Keys,
-  ) {}
+  private readonly store: TimerControlStore;
 
-  async request(userId: string, sourceId: string): Promise<void> {
-    await this.redis.xadd(this.keys.timerControl(), "MAXLEN", "~", "100000", "*", "u", userId, "s", sourceId);
+  constructor(redis: Redis, keys: Keys) {
+    this.store = new TimerControlStore(redis, keys);
+  }
+
+  request(userId: string, sourceId: string): Promise<void> {
+    return this.store.request(userId, sourceId);
   }
 }
-
-const GROUP = "scheduler";
 const LOCK_TTL_MS = 10_000;
 
 /**
@@ -46,16 +46,18 @@ export class TimerScheduler {
   private readonly owner = randomUUID();
   private leader = false;
 
-  constructor(private readonly d: { redis: Redis; blocking: Redis; keys: Keys; sources: SourceStore; timers: Queue; logger: Logger }) {}
+  private readonly control: TimerControlStore;
+
+  constructor(private readonly d: { redis: Redis; blocking: Redis; keys: Keys; sources: SourceStore; timers: Queue; logger: Logger }) {
+    this.control = new TimerControlStore(d.redis, d.keys, d.blocking);
+  }
 
   isRunning(): boolean {
     return this.running;
   }
 
-  private async ensureGroup(): Promise<void> {
-    await this.d.redis.xgroup("CREATE", this.d.keys.timerControl(), GROUP, "0", "MKSTREAM").catch((err: Error) => {
-      if (!/BUSYGROUP/.test(err.message)) throw err;
-    });
+  private ensureGroup(): Promise<void> {
+    return this.control.ensureGroup();
   }
 
   async start(): Promise<void> {
@@ -66,20 +68,11 @@ export class TimerScheduler {
 
   /** Takes or renews the lock; true while this instance leads. */
   private async lead(): Promise<boolean> {
-    const { redis, keys } = this.d;
-    const key = keys.schedulerLock();
     if (this.leader) {
       // Renew only our own lock (compare-and-extend).
-      const ok = await redis.eval(
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end",
-        1,
-        key,
-        this.owner,
-        LOCK_TTL_MS,
-      );
-      this.leader = ok === 1;
+      this.leader = await this.control.extend(this.owner, LOCK_TTL_MS);
     } else {
-      this.leader = (await redis.set(key, this.owner, "PX", LOCK_TTL_MS, "NX")) === "OK";
+      this.leader = await this.control.acquire(this.owner, LOCK_TTL_MS);
       if (this.leader) this.d.logger.info("scheduler: leading timer scheduling");
     }
     return this.leader;
@@ -93,24 +86,8 @@ export class TimerScheduler {
           continue;
         }
         // Entries a previous leader read but did not finish.
-        const claimed = (await this.d.redis.xautoclaim(this.d.keys.timerControl(), GROUP, this.owner, 0, "0-0", "COUNT", 100)) as [
-          string,
-          [string, string[]][],
-        ];
-        await this.handle(claimed[1] ?? []);
-        const res = (await this.d.blocking.xreadgroup(
-          "GROUP",
-          GROUP,
-          this.owner,
-          "COUNT",
-          100,
-          "BLOCK",
-          1000,
-          "STREAMS",
-          this.d.keys.timerControl(),
-          ">",
-        )) as [string, [string, string[]][]][] | null;
-        await this.handle(res?.[0]?.[1] ?? []);
+        await this.handle(await this.control.takeOver(this.owner, 100));
+        await this.handle(await this.control.read(this.owner, 100, 1000));
       } catch (err) {
         if (!this.running) break;
         if (/NOGROUP/.test((err as Error).message)) {
@@ -123,13 +100,10 @@ export class TimerScheduler {
     }
   }
 
-  private async handle(entries: [string, string[]][]): Promise<void> {
-    for (const [id, fields] of entries) {
-      if (!Array.isArray(fields)) continue;
-      const f: Record<string, string> = {};
-      for (let i = 0; i + 1 < fields.length; i += 2) f[fields[i] as string] = fields[i + 1] as string;
-      if (f.u && f.s) await this.reconcile(f.u, f.s);
-      await this.d.redis.multi().xack(this.d.keys.timerControl(), GROUP, id).xdel(this.d.keys.timerControl(), id).exec();
+  private async handle(requests: readonly TimerRequest[]): Promise<void> {
+    for (const r of requests) {
+      if (r.userId && r.sourceId) await this.reconcile(r.userId, r.sourceId);
+      await this.control.done(r.id);
     }
   }
 
@@ -154,14 +128,7 @@ export class TimerScheduler {
     this.running = false;
     await this.loop;
     if (this.leader) {
-      await this.d.redis
-        .eval(
-          "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end",
-          1,
-          this.d.keys.schedulerLock(),
-          this.owner,
-        )
-        .catch(() => {});
+      await this.control.releaseLock(this.owner).catch(() => {});
     }
   }
 }

@@ -1,4 +1,4 @@
-import type { ComponentMeta } from "../runtime/component/meta.js";
+import type { ComponentMeta } from "../domain/component-meta.js";
 
 export type { ComponentMeta };
 

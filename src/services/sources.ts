@@ -14,8 +14,10 @@ import type { ComponentSelection, ComponentService } from "./components.js";
  * scheduling. `prepare` runs before anything is saved, so a failing hook leaves nothing half-made.
  */
 export interface SourceLifecycle {
-  prepare(event: "create" | "update", next: SourceRecord, component: ComponentRecord, prev?: SourceRecord): Promise<void>;
-  committed(event: "create" | "update", next: SourceRecord, prev?: SourceRecord): Promise<void>;
+  /** Runs the hooks; returns what `committed` records once the source is saved (opaque here). */
+  prepare(event: "create" | "update", next: SourceRecord, component: ComponentRecord, prev?: SourceRecord): Promise<unknown>;
+  /** Records what the prepared hooks did; a prepare whose source was never saved is simply dropped. */
+  committed(prepared: unknown, next: SourceRecord, prev?: SourceRecord): Promise<void>;
   removing(source: SourceRecord): Promise<void>;
   removed(source: SourceRecord): Promise<void>;
 }
@@ -121,7 +123,7 @@ export class SourceService {
       endpoint_token: token,
       http_prop: httpProp,
     };
-    await this.lifecycle.prepare("create", draft, component);
+    const prepared = await this.lifecycle.prepare("create", draft, component);
     const record: SourceRecord = { ...draft, name_slug: await this.store.claimSlug(userId, id, name) };
     try {
       // Auto-subscriptions turn into real subscriptions before the source exists, so it never emits
@@ -134,7 +136,7 @@ export class SourceService {
       await this.store.releaseSlug(userId, record.name_slug, id);
       throw err;
     }
-    await this.lifecycle.committed("create", record);
+    await this.lifecycle.committed(prepared, record);
     return record;
   }
 
@@ -161,13 +163,13 @@ export class SourceService {
       http_prop: httpProp,
       updated_at: epochSeconds(this.opts.now()),
     };
-    await this.lifecycle.prepare("update", draft, component, prev);
+    const prepared = await this.lifecycle.prepare("update", draft, component, prev);
     const slug = name === prev.name ? prev.name_slug : await this.store.claimSlug(userId, prev.id, name, prev.name_slug);
     const record: SourceRecord = { ...draft, name_slug: slug };
     await this.store.save(record, 0);
     if (slug !== prev.name_slug) await this.store.releaseSlug(userId, prev.name_slug, prev.id);
     if (prev.endpoint_token && prev.endpoint_token !== token) await this.store.deleteEndpoint(prev.endpoint_token);
-    await this.lifecycle.committed("update", record, prev);
+    await this.lifecycle.committed(prepared, record, prev);
     return record;
   }
 

@@ -1,39 +1,16 @@
 import { ValidationError } from "../domain/errors.js";
+import { billingPeriod } from "../domain/billing-period.js";
 import { limitsView, type ResourceUsageCounts, type UserLimits } from "../domain/limits.js";
 import type { UserRecord, UserStore, Plan } from "../store/users.js";
-import type { Redis } from "ioredis";
-import type { Keys } from "../store/keys.js";
-
-/** UTC day used for daily quotas, e.g. "2026-11-22". */
-export const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
-
-/** The paid billing period: the current UTC calendar month. */
-export function billingPeriod(ms: number): { start: number; end: number } {
-  const d = new Date(ms);
-  const start = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
-  const end = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
-  return { start: Math.floor(start / 1000), end: Math.floor(end / 1000) };
-}
 
 export function maskKey(last4: string, length = 45): string {
   return "*".repeat(Math.max(0, length - last4.length)) + last4;
 }
 
-/** Reads usage counters written by the source runtime. */
-export class UsageReader {
-  constructor(
-    private readonly redis: Redis,
-    private readonly keys: Keys,
-  ) {}
-
-  async today(userId: string, nowMs: number): Promise<{ invocations: number; computeMs: number }> {
-    const [inv, ms] = await this.redis.hmget(this.keys.usage(userId, utcDay(nowMs)), "invocations", "compute_ms");
-    return { invocations: Number(inv ?? 0), computeMs: Math.round(Number(ms ?? 0)) };
-  }
-
-  async billing(userId: string, periodStart: number): Promise<number> {
-    return Number((await this.redis.hget(this.keys.billingUsage(userId, periodStart), "invocations")) ?? 0);
-  }
+/** Reads usage counters written by the source runtime (store/usage.ts). */
+export interface UsageReader {
+  today(userId: string, nowMs: number): Promise<{ invocations: number; computeMs: number }>;
+  billing(userId: string, periodStart: number): Promise<number>;
 }
 
 const EMAIL = /^[^\s@]{1,64}@[^\s@]{1,255}\.[^\s@]{1,63}$/;
@@ -79,7 +56,7 @@ export class UserService {
       ...base,
       api_key: maskKey(user.api_key_last4),
       daily_compute_time_quota: this.quotas.dailyComputeMs,
-      daily_compute_time_used: used.computeMs,
+      daily_compute_time_used: Math.round(used.computeMs),
       daily_invocations_quota: this.quotas.dailyInvocations,
       daily_invocations_used: used.invocations,
       limits,

@@ -1,7 +1,7 @@
 import type { PropDefinition } from "../domain/props.js";
 import { newId } from "../domain/ids.js";
 import { atLimit, componentBytesExceeded, limitReached, UNLIMITED, type UserLimits } from "../domain/limits.js";
-import { COMPONENT_SAVE_LUA } from "./component-save-lua.js";
+import { COMPONENT_SAVE } from "./scripts/component-save.js";
 import { epochSeconds, parseStored, type StoreContext } from "./context.js";
 import { defineScript, type ScriptCall } from "./script.js";
 
@@ -36,7 +36,7 @@ export class ComponentStore {
     /** Uses components and componentBytes. */
     private readonly limits: UserLimits = UNLIMITED,
   ) {
-    this.save = defineScript(ctx.redis, "tribComponentSave", 6, COMPONENT_SAVE_LUA);
+    this.save = defineScript(ctx.redis, COMPONENT_SAVE);
   }
 
   async get(userId: string, id: string): Promise<ComponentRecord | undefined> {

@@ -2,19 +2,8 @@ import type { Redis } from "ioredis";
 import type { DedupeState } from "../domain/dedupe.js";
 import { parseStored } from "./context.js";
 import type { Keys } from "./keys.js";
-
-/**
- * Sets KEYS[1] to ARGV[2] only if it still holds ARGV[1] ("" standing for "absent"): a
- * compare-and-set, so a read-modify-write that lost a race is redone instead of overwriting.
- */
-const COMPARE_AND_SET_LUA = `
-local current = redis.call('GET', KEYS[1])
-if (current == false and ARGV[1] == '') or current == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-`;
+import { defineScript, type ScriptCall } from "./script.js";
+import { COMPARE_AND_SET } from "./scripts/compare-and-set.js";
 
 /** Rounds of re-reading before giving up (each means another run of the source changed the state meanwhile). */
 const MAX_ROUNDS = 50;
@@ -25,11 +14,13 @@ const MAX_ROUNDS = 50;
  * emit the same id.
  */
 export class DedupeStateStore {
+  private readonly compareAndSet: ScriptCall;
+
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
   ) {
-    if (!("tribCompareAndSet" in redis)) redis.defineCommand("tribCompareAndSet", { numberOfKeys: 1, lua: COMPARE_AND_SET_LUA });
+    this.compareAndSet = defineScript(redis, COMPARE_AND_SET);
   }
 
   /**
@@ -42,8 +33,7 @@ export class DedupeStateStore {
     for (let round = 0; round < MAX_ROUNDS; round++) {
       const raw = await this.redis.get(key);
       const { state, result } = step(parseStored<DedupeState>(raw) ?? {});
-      // biome-ignore lint/suspicious/noExplicitAny: defineCommand adds the method at run time.
-      const stored = await (this.redis as any).tribCompareAndSet(key, raw ?? "", JSON.stringify(state));
+      const stored = await this.compareAndSet([key], [raw ?? "", JSON.stringify(state)]);
       if (Number(stored) === 1) return result;
     }
     throw new Error(`dedupe state of ${sourceId} kept changing; gave up after ${MAX_ROUNDS} rounds`);

@@ -21,6 +21,8 @@ export function createKeys(prefix: string) {
   const u = (userId: string) => `${prefix}:{${userId}}`;
   return {
     prefix,
+    /** SCAN pattern of every key under a user's hash tag (all of the user's data). */
+    userPattern: (userId: string) => `${u(userId)}:*`,
     /** BullMQ queue prefix (one hash tag for all queues, as BullMQ documents for Cluster). */
     bullPrefix: `${prefix}:{bull}`,
 

@@ -2,7 +2,7 @@ import type { PageRequest } from "../domain/pagination.js";
 import { randomBase62 } from "../domain/ids.js";
 import { slugify, uniqueSlug } from "../domain/slug.js";
 import { atLimit, limitReached, UNLIMITED, type UserLimits } from "../domain/limits.js";
-import { CAPPED_INSERT_LUA } from "./capped-insert-lua.js";
+import { CAPPED_INSERT } from "./scripts/capped-insert.js";
 import { parseStored, type StoreContext } from "./context.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
@@ -37,7 +37,7 @@ export class SourceStore {
     /** Uses sources. */
     private readonly limits: UserLimits = UNLIMITED,
   ) {
-    this.cappedInsert = defineScript(ctx.redis, "tribCappedInsert", 2, CAPPED_INSERT_LUA);
+    this.cappedInsert = defineScript(ctx.redis, CAPPED_INSERT);
   }
 
   /**
@@ -57,6 +57,15 @@ export class SourceStore {
 
   async get(userId: string, id: string): Promise<SourceRecord | undefined> {
     return parseStored<SourceRecord>(await this.ctx.redis.get(this.ctx.keys.source(userId, id)));
+  }
+
+  /** The source's db state (what `this.db` holds between runs); undefined before its first save. */
+  async db(userId: string, id: string): Promise<Record<string, unknown> | undefined> {
+    return parseStored<Record<string, unknown>>(await this.ctx.redis.get(this.ctx.keys.sourceDb(userId, id)));
+  }
+
+  async saveDb(userId: string, id: string, db: Record<string, unknown>): Promise<void> {
+    await this.ctx.redis.set(this.ctx.keys.sourceDb(userId, id), JSON.stringify(db));
   }
 
   async list(userId: string, page: PageRequest): Promise<Page<SourceRecord>> {

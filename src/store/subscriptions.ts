@@ -1,11 +1,11 @@
-import type { Redis } from "ioredis";
 import { emitterGlob, newId } from "../domain/ids.js";
 import { limitReached, listenerLimitReached, UNLIMITED, type UserLimits } from "../domain/limits.js";
-import { AUTO_SUBSCRIPTION_CREATE_LUA } from "./auto-subscription-create-lua.js";
+import { AUTO_SUBSCRIPTION_CREATE } from "./scripts/auto-subscription-create.js";
 import { normalizeChannel } from "./keys.js";
 import { parseStored, type StoreContext } from "./context.js";
 import { defineScript, type ScriptCall } from "./script.js";
-import { SUBSCRIPTION_CREATE_LUA } from "./subscription-create-lua.js";
+import { MATCH_SUBSCRIPTIONS } from "./scripts/match-subscriptions.js";
+import { SUBSCRIPTION_CREATE } from "./scripts/subscription-create.js";
 
 export interface SubscriptionRecord {
   id: string;
@@ -20,20 +20,6 @@ export interface AutoSubscriptionRecord {
   event_name: string;
 }
 
-/**
- * KEYS[1] the user's subscription records hash, KEYS[2..] the index sets to union (same hash tag).
- * Returns the records (nil for an id whose record is gone).
- */
-const MATCH_LUA = `
-local ids = redis.call('SUNION', unpack(KEYS, 2))
-local out = {}
-for i = 1, #ids, 1000 do
-  local part = redis.call('HMGET', KEYS[1], unpack(ids, i, math.min(i + 999, #ids)))
-  for j = 1, #part do out[#out + 1] = part[j] end
-end
-return out
-`;
-
 /** The idempotency key of a subscription: "" and "default" are the same channel. */
 const tripleKey = (emitter: string, listener: string, eventName: string) => `${emitter}\n${listener}\n${normalizeChannel(eventName)}`;
 
@@ -43,6 +29,7 @@ const tripleKey = (emitter: string, listener: string, eventName: string) => `${e
  */
 export class SubscriptionStore {
   private readonly createScript: ScriptCall;
+  private readonly matchScript: ScriptCall;
   private readonly createAutoScript: ScriptCall;
 
   constructor(
@@ -52,9 +39,9 @@ export class SubscriptionStore {
   ) {
     // Defined up front, never lazily: an auto-pipeline already open in the same tick would lack
     // the command (ioredis copies custom commands into a pipeline when it is created).
-    if (!("tribMatchSubs" in ctx.redis)) ctx.redis.defineCommand("tribMatchSubs", { lua: MATCH_LUA });
-    this.createScript = defineScript(ctx.redis, "tribCreateSub", 5, SUBSCRIPTION_CREATE_LUA);
-    this.createAutoScript = defineScript(ctx.redis, "tribCreateAutoSub", 1, AUTO_SUBSCRIPTION_CREATE_LUA);
+    this.matchScript = defineScript(ctx.redis, MATCH_SUBSCRIPTIONS);
+    this.createScript = defineScript(ctx.redis, SUBSCRIPTION_CREATE);
+    this.createAutoScript = defineScript(ctx.redis, AUTO_SUBSCRIPTION_CREATE);
   }
 
   /**
@@ -155,15 +142,13 @@ export class SubscriptionStore {
    */
   async matchingMany(lookups: readonly { userId: string; emitterId: string; channel: string }[]): Promise<SubscriptionRecord[][]> {
     if (lookups.length === 0) return [];
-    const { redis, keys } = this.ctx;
-    const match = (redis as Redis & { tribMatchSubs(...args: (string | number)[]): Promise<(string | null)[] | null> }).tribMatchSubs;
+    const { keys } = this.ctx;
     const replies = await Promise.all(
       lookups.map(({ userId, emitterId, channel }) => {
         const glob = emitterGlob(emitterId);
         const exact = keys.subscriptionIndex(userId, emitterId, channel);
-        return glob
-          ? match.call(redis, 3, keys.subscriptions(userId), exact, keys.subscriptionIndex(userId, glob, channel))
-          : match.call(redis, 2, keys.subscriptions(userId), exact);
+        const globIndex = glob ? keys.subscriptionIndex(userId, glob, channel) : exact;
+        return this.matchScript([keys.subscriptions(userId), exact, globIndex], []) as Promise<(string | null)[] | null>;
       }),
     );
     return replies.map((raws) =>

@@ -131,7 +131,7 @@ export class UserStore {
     this.revocations.emit(user.api_key_hash);
     let cursor = "0";
     do {
-      const [next, found] = await redis.scan(cursor, "MATCH", `${keys.prefix}:{${id}}:*`, "COUNT", 500);
+      const [next, found] = await redis.scan(cursor, "MATCH", keys.userPattern(id), "COUNT", 500);
       cursor = next;
       if (found.length > 0) await redis.unlink(...found);
     } while (cursor !== "0");

@@ -3,13 +3,13 @@ import { newId } from "../domain/ids.js";
 import { ConflictError } from "../domain/errors.js";
 import { limitReached, UNLIMITED, type UserLimits } from "../domain/limits.js";
 import { rotateSecrets } from "../domain/signing.js";
-import { CAPPED_INSERT_LUA } from "./capped-insert-lua.js";
+import { CAPPED_INSERT } from "./scripts/capped-insert.js";
 import { epochSeconds, parseStored, type StoreContext } from "./context.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
 import { LocalChanges } from "./local-changes.js";
 import { listenerChangeMessage } from "./keys.js";
-import { REPLACE_AND_PUBLISH_LUA } from "./replace-and-publish-lua.js";
+import { REPLACE_AND_PUBLISH } from "./scripts/replace-and-publish.js";
 
 export interface WebhookRecord {
   id: string;
@@ -55,8 +55,8 @@ export class WebhookStore {
     /** Uses webhooks. */
     private readonly limits: UserLimits = UNLIMITED,
   ) {
-    this.cappedInsert = defineScript(ctx.redis, "tribCappedInsert", 2, CAPPED_INSERT_LUA);
-    this.replaceAndPublish = defineScript(ctx.redis, "tribReplaceAndPublish", 1, REPLACE_AND_PUBLISH_LUA);
+    this.cappedInsert = defineScript(ctx.redis, CAPPED_INSERT);
+    this.replaceAndPublish = defineScript(ctx.redis, REPLACE_AND_PUBLISH);
   }
 
   /**

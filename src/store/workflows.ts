@@ -1,5 +1,5 @@
 import { limitReached, UNLIMITED, type UserLimits } from "../domain/limits.js";
-import { CAPPED_INSERT_LUA } from "./capped-insert-lua.js";
+import { CAPPED_INSERT } from "./scripts/capped-insert.js";
 import { epochSeconds, parseStored, type StoreContext } from "./context.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { LocalChanges } from "./local-changes.js";
@@ -31,7 +31,7 @@ export class WorkflowStore {
     /** Uses workflows. */
     private readonly limits: UserLimits = UNLIMITED,
   ) {
-    this.cappedInsert = defineScript(ctx.redis, "tribCappedInsert", 2, CAPPED_INSERT_LUA);
+    this.cappedInsert = defineScript(ctx.redis, CAPPED_INSERT);
   }
 
   key(userId: string, id: string): string {

@@ -186,3 +186,33 @@ export async function startRedisServer(opts: {
   );
   return { ...tracked, port: opts.port, url: `redis://127.0.0.1:${opts.port}` };
 }
+
+/** Creates a user through the admin API of a daemon child; returns its API key. */
+export async function createUserKey(d: DaemonChild, adminToken: string): Promise<string> {
+  const tag = Math.random().toString(16).slice(2, 10);
+  const res = await fetch(`${d.url}/admin/users`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
+    body: JSON.stringify({ username: `u${tag}`, email: `u${tag}@example.com` }),
+  });
+  if (res.status !== 201) throw new Error(`create user: ${res.status} ${await res.text()}`);
+  return ((await res.json()) as { data: { api_key: string } }).data.api_key;
+}
+
+/** One JSON request to a daemon child's API with `key`; the body parsed (null when empty). */
+export async function childApi(
+  d: DaemonChild,
+  key: string,
+  method: string,
+  path: string,
+  body?: unknown,
+  // biome-ignore lint/suspicious/noExplicitAny: test bodies are read field by field.
+): Promise<{ status: number; body: any }> {
+  const res = await fetch(`${d.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text === "" ? null : JSON.parse(text) };
+}

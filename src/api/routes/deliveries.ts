@@ -1,6 +1,6 @@
 import type { Router } from "@koa/router";
 import type { Queue } from "bullmq";
-import { deliveryView, type AttemptLog } from "../../delivery/attempt-log.js";
+import { deliveryView, type AttemptLog } from "../../store/attempt-log.js";
 import { replayDelivery } from "../../delivery/replay.js";
 import type { WebhookService } from "../../services/webhooks.js";
 import { userIdOf } from "../middleware/auth.js";

@@ -1,11 +1,10 @@
 import type { Router } from "@koa/router";
-import type { HotRoute } from "../app.js";
 import type { Context } from "koa";
 import { ValidationError } from "../../domain/errors.js";
 import { isEventId } from "../../domain/ids.js";
 import { parseLimit } from "../../domain/pagination.js";
 import { parseEmitBody, type Ingest } from "../../events/ingest.js";
-import type { EventStore } from "../../events/store.js";
+import type { EventStore } from "../../store/events.js";
 import type { MaintenanceJob } from "../../queue/catalog.js";
 import type { SourceService } from "../../services/sources.js";
 import { parseEventName } from "../../services/subscriptions.js";
@@ -42,7 +41,7 @@ function optionalEventId(raw: unknown, name: string): string | null {
 
 /** Event summaries, event deletion and the workflow ingress (SPEC §2 event summaries, §3). */
 export function eventRoutes(deps: EventRouteDeps) {
-  return (router: Router, hot: (route: HotRoute) => void): void => {
+  return (router: Router): void => {
     router.get("/sources/:id/event_summaries", async (ctx) => {
       const userId = userIdOf(ctx);
       const source = await deps.sources.get(userId, ctx.params.id);
@@ -78,7 +77,6 @@ export function eventRoutes(deps: EventRouteDeps) {
       sendData(ctx, batch ? ids.map((id) => ({ id })) : { id: ids[0] }, 202);
     };
     router.post("/workflows/:id/events", emit);
-    hot({ method: "POST", path: "/workflows/:id/events", handler: emit });
 
     router.post("/workflows/:id/$errors/events", async (ctx) => {
       const userId = userIdOf(ctx);

@@ -1,29 +1,16 @@
 import { ValidationError } from "../../domain/errors.js";
-import { normalizeProps, type PropDefinition } from "../../domain/props.js";
+import { normalizeProps } from "../../domain/props.js";
 import { ProcessSandbox, type SandboxCrash } from "../sandbox/process-sandbox.js";
 import type { SandboxService } from "../sandbox/types.js";
+import type { ComponentMeta, Dedupe } from "../../domain/component-meta.js";
+
+export type { ComponentMeta, Dedupe };
 
 /**
  * Reads a component's metadata by evaluating its code in the sandbox, never in the daemon's realm
  * (SPEC §2 "Components"). Code that does not load into a component object is a ValidationError
  * (400) with the reason.
  */
-
-export type Dedupe = "unique" | "greatest" | "last";
-
-export interface ComponentMeta {
-  key: string | null;
-  /** Falls back to `key` when the component has no name. */
-  name: string;
-  /** "0.0.1" when the component declares none (Pipedream's own starting version). */
-  version: string;
-  description: string | null;
-  dedupe: Dedupe | null;
-  props: PropDefinition[];
-  /** Hooks present among deploy, activate, deactivate. */
-  hooks: string[];
-  hasRun: boolean;
-}
 
 export const DEFAULT_VERSION = "0.0.1";
 /** Loading a component is module top-level code only; a second is plenty. */

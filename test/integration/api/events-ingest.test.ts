@@ -1,3 +1,4 @@
+import { waitFor } from "../../helpers/wait.js";
 import { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -14,7 +15,6 @@ import {
   expectStatus,
   HTTP_ESM,
   type Json,
-  poll,
   seedSourceEvents,
   subscribe,
   workflowId,
@@ -41,10 +41,13 @@ afterAll(async () => {
 
 /** Waits until no maintenance job is queued, delayed or running. */
 async function maintenanceIdle(): Promise<void> {
-  await poll("the maintenance queue to drain", async () => {
-    const c = await maintenance.getJobCounts("waiting", "active", "delayed", "prioritized", "waiting-children");
-    return Object.values(c).every((n) => n === 0) ? true : undefined;
-  });
+  await waitFor(
+    async () => {
+      const c = await maintenance.getJobCounts("waiting", "active", "delayed", "prioritized", "waiting-children");
+      return Object.values(c).every((n) => n === 0);
+    },
+    { what: "the maintenance queue to drain" },
+  );
 }
 
 const EVENT_ID = /^\d{13}-\d+$/;
@@ -535,10 +538,13 @@ describe("DELETE /sources/{id}/events", () => {
 
   /** Polls until the source's remaining ids (oldest first) are `expected`. */
   const awaitIds = (api: Client, sourceId: string, expected: string[], event_name?: string) =>
-    poll(`events ${JSON.stringify(expected)}`, async () => {
-      const now = await idsOf(api, sourceId, event_name);
-      return JSON.stringify(now) === JSON.stringify(expected) ? now : undefined;
-    });
+    waitFor(
+      async () => {
+        const now = await idsOf(api, sourceId, event_name);
+        return JSON.stringify(now) === JSON.stringify(expected) ? now : undefined;
+      },
+      { what: `events ${JSON.stringify(expected)}` },
+    );
 
   it("answers 202 with no body, then deletes every event of the default channel", async () => {
     const { u, s } = await sourceWithEvents(5);

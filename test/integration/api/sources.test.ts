@@ -1,3 +1,4 @@
+import { waitFor } from "../../helpers/wait.js";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
@@ -14,7 +15,6 @@ import {
   type Json,
   loopbackServer,
   NAMED_ONLY,
-  poll,
   seedSourceEvents,
   subscribe,
   TIMER_CJS,
@@ -702,10 +702,13 @@ describe("source event summaries", () => {
     const u = await td.createUser();
     const s = await createSource(u.api, { component_code: HTTP_ESM });
     const ids = await seedSourceEvents(td, redis, u.id, s.id, [{ n: 1 }, { n: 2 }]);
-    const res = await poll("events", async () => {
-      const r = await u.api.get(`/v1/sources/${s.id}/event_summaries`);
-      return r.body.data.length === 2 ? r : undefined;
-    });
+    const res = await waitFor(
+      async () => {
+        const r = await u.api.get(`/v1/sources/${s.id}/event_summaries`);
+        return r.body.data.length === 2 ? r : undefined;
+      },
+      { what: "events" },
+    );
     expect(res.body.data.map((e: Json) => e.id)).toEqual([...ids].reverse());
     // A source event is the payload as emitted, not wrapped in raw_event.
     expect(res.body.data[0]).toMatchObject({ event: { n: 2 }, metadata: { emitter_id: s.id, name: "", summary: "seed 1" } });

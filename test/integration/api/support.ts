@@ -3,7 +3,7 @@ import { createServer, type RequestListener, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Redis } from "ioredis";
 import { expect } from "vitest";
-import { EventStore } from "../../../src/events/store.js";
+import { EventStore } from "../../../src/store/events.js";
 import { createKeys } from "../../../src/store/keys.js";
 import type { Client, Reply, TestDaemon } from "../../helpers/daemon.js";
 
@@ -136,19 +136,6 @@ export function absentId(prefix: "dc_" | "sc_" | "wh_" | "sub_"): string {
 }
 
 export const b64url = (s: string): string => Buffer.from(s, "utf8").toString("base64url");
-
-/** Calls `probe` until it returns a value other than undefined, or fails after `timeoutMs`. */
-export async function poll<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 5000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let delay = 10;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, delay));
-    delay = Math.min(delay * 2, 100);
-  }
-}
 
 /**
  * Records events for a source through the product's own event store, as the source runtime does

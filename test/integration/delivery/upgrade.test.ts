@@ -3,7 +3,7 @@ import { Queue } from "bullmq";
 import { Registry } from "prom-client";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { Attempter, uncachedListeners } from "../../../src/delivery/attempt.js";
-import { AttemptLog, type DeliveryBase } from "../../../src/delivery/attempt-log.js";
+import { AttemptLog, type DeliveryBase } from "../../../src/store/attempt-log.js";
 import { createSender } from "../../../src/delivery/sender.js";
 import { DeliveryWorker } from "../../../src/delivery/worker.js";
 import { createGuardedAgent } from "../../../src/net/guarded-agent.js";

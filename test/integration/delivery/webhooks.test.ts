@@ -3,7 +3,7 @@ import { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AttemptLog } from "../../../src/delivery/attempt-log.js";
+import { AttemptLog } from "../../../src/store/attempt-log.js";
 import { QUEUES } from "../../../src/queue/catalog.js";
 import { createKeys } from "../../../src/store/keys.js";
 import { type Client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { AppError } from "../../../src/domain/errors.js";
 import { UNLIMITED, type UserLimits } from "../../../src/domain/limits.js";
-import { RateLimiter } from "../../../src/runtime/rate-limit.js";
+import { RateLimiter } from "../../../src/store/rate-limit.js";
 import { IngressRate } from "../../../src/services/ingress-rate.js";
 import { ComponentStore, type NewComponent } from "../../../src/store/components.js";
 import type { StoreContext } from "../../../src/store/context.js";

@@ -1,0 +1,80 @@
+import type { Server } from "node:http";
+import { createApp } from "../api/app.js";
+import { deliveryRoutes } from "../api/routes/deliveries.js";
+import { eventRoutes } from "../api/routes/events.js";
+import { sourceEndpoints } from "../api/routes/source-endpoints.js";
+import type { MaintenanceJob } from "../queue/catalog.js";
+import { AuthCache } from "../store/auth-cache.js";
+import type { Connections } from "./connections.js";
+import type { Core } from "./core.js";
+import type { Shutdown } from "./shutdown.js";
+
+/** Maintenance jobs (event deletion) are retried a few times, then kept for inspection. */
+const MAINTENANCE_JOB_OPTS = {
+  removeOnComplete: true,
+  removeOnFail: 1000,
+  attempts: 3,
+  backoff: { type: "exponential", delay: 1000 },
+} as const;
+
+/**
+ * The api role: the HTTP server (REST API, source endpoints, ops routes). `ready` is the readiness
+ * of the whole process (/readyz).
+ */
+export function createApiFeature(core: Core, conns: Connections, shutdown: Shutdown, ready: () => Promise<boolean>) {
+  const { config, logger, stores, services, queues } = core;
+  // API keys are resolved from an in-process cache that key rotation and user deletion
+  // invalidate over pub/sub (store/auth-cache.ts).
+  const authCache = new AuthCache(stores.users, {
+    subscriber: conns.subscriber("key-revocations"),
+    channel: core.keys.apiKeyRevocations(),
+    logger,
+  });
+  shutdown.on("workers", "auth cache", () => authCache.stop());
+  const app = createApp({
+    authenticator: authCache,
+    logger,
+    metrics: core.metrics,
+    adminToken: config.adminToken,
+    bodyLimitBytes: config.bodyLimitBytes,
+    ...services,
+    purgeUser: (userId: string) => services.userDeletion.delete(userId),
+    ready,
+    endpoints: sourceEndpoints(core.runtime.requests, { bodyLimitBytes: config.bodyLimitBytes, logger }),
+    v1Modules: [
+      eventRoutes({
+        events: stores.events,
+        ingest: core.ingest,
+        sources: services.sources,
+        workflows: services.workflows,
+        version: config.version,
+        enqueueMaintenance: async (job: MaintenanceJob) => {
+          await queues.maintenance.add(job.kind, job, MAINTENANCE_JOB_OPTS);
+        },
+      }),
+      deliveryRoutes({ webhooks: services.webhooks, log: stores.attemptLog, queue: queues.delivery, attempts: core.attempts }),
+    ],
+  });
+  let server: Server | undefined;
+  return {
+    /** Listens; resolves with the bound port. */
+    async start(): Promise<number> {
+      // Not awaited: until the subscription is live, keys are read from Redis.
+      void authCache.start();
+      const s = await new Promise<Server>((resolve, reject) => {
+        const listening = app.listen(config.port, config.host, () => resolve(listening));
+        listening.once("error", reject);
+      });
+      server = s;
+      s.keepAliveTimeout = 65_000;
+      shutdown.on("http", "server", async () => {
+        await new Promise<void>((r) => s.close(() => r()));
+      });
+      // Connections still open when the close step ends (or times out) are cut.
+      shutdown.on("workers", "open connections", () => s.closeAllConnections?.());
+      const addr = s.address();
+      return addr && typeof addr === "object" ? addr.port : config.port;
+    },
+    server: (): Server | undefined => server,
+  };
+}

@@ -1,0 +1,79 @@
+import { Redis, type RedisOptions } from "ioredis";
+import type { Logger } from "../observability/logger.js";
+
+/**
+ * The Redis connections of a process, each named. Request-path connections fail fast while Redis
+ * is down (the API answers 503 instead of hanging); blocking readers and BullMQ workers retry
+ * forever, as BullMQ requires.
+ * - maxRetriesPerRequest: a command queued while disconnected fails after two reconnect attempts.
+ * - commandTimeout: one that gets no reply in time fails too. Without it a stalled Redis (stopped
+ *   process, dropped packets: the TCP connection stays up) held every request until it resumed.
+ *   A write that timed out may still be applied once Redis resumes: its request answered 503, so
+ *   the caller retries; an event is then recorded twice at worst, never acknowledged and lost.
+ */
+export interface Connections {
+  /** Commands of request and worker paths (fail fast, auto-pipelined). */
+  readonly commands: Redis;
+  /**
+   * BullMQ queues (producers): fail fast, without auto-pipelining. ioredis builds every pipeline by
+   * copying each custom command of its connection, and BullMQ defines dozens (about 25 µs per
+   * pipeline, measured), so per-command pipelines cost far more than they save there.
+   */
+  readonly queues: Redis;
+  /** Fan-out's blocking outbox reads (patient). */
+  readonly fanoutReads: Redis;
+  /** The timer scheduler's blocking reads (patient). */
+  readonly schedulerReads: Redis;
+  /** BullMQ workers (patient; BullMQ duplicates it per worker). */
+  readonly workers: Redis;
+  /** A new pub/sub connection (patient), closed with the others. */
+  subscriber(name: string): Redis;
+  /** Quits every connection opened here; idempotent. */
+  closeAll(): Promise<void>;
+}
+
+export interface ConnectionOptions {
+  readonly commandTimeoutMs: number;
+  readonly logger: Logger;
+  /**
+   * One connection under every name (the CLI: short-lived, nothing blocks). Default false: one
+   * connection per name.
+   */
+  readonly shared?: boolean;
+}
+
+/** A connection error is logged at most this often per connection (an outage would flood the log). */
+const ERROR_LOG_EVERY_MS = 5000;
+
+export function createConnections(url: string, opts: ConnectionOptions): Connections {
+  const failFast = { maxRetriesPerRequest: 2, commandTimeout: opts.commandTimeoutMs, enableReadyCheck: true } as const;
+  const patient = { maxRetriesPerRequest: null, enableReadyCheck: true } as const;
+  const opened: Redis[] = [];
+  const open = (name: string, options: RedisOptions): Redis => {
+    const c = new Redis(url, options);
+    let lastLog = 0;
+    c.on("error", (err: Error) => {
+      const now = Date.now();
+      if (now - lastLog < ERROR_LOG_EVERY_MS) return;
+      lastLog = now;
+      opts.logger.warn({ connection: name, err: err.message }, "redis connection error");
+    });
+    opened.push(c);
+    return c;
+  };
+  const commands = open("commands", { ...failFast, enableAutoPipelining: true });
+  const pick = (name: string, options: RedisOptions) => (opts.shared ? commands : open(name, options));
+  let closing: Promise<void> | undefined;
+  return {
+    commands,
+    queues: pick("queues", { ...failFast, enableAutoPipelining: false }),
+    fanoutReads: pick("fanout-reads", patient),
+    schedulerReads: pick("scheduler-reads", patient),
+    workers: pick("workers", patient),
+    subscriber: (name) => open(name, patient),
+    closeAll() {
+      closing ??= Promise.all(opened.map((c) => c.quit().catch(() => c.disconnect()))).then(() => {});
+      return closing;
+    },
+  };
+}

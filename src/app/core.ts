@@ -1,0 +1,163 @@
+import { randomFillSync } from "node:crypto";
+import { Queue } from "bullmq";
+import { Registry } from "prom-client";
+import type { Config } from "../config/schema.js";
+import { pooledRandomBytes } from "../domain/random-pool.js";
+import { maxAttempts } from "../domain/retry-policy.js";
+import { slugify } from "../domain/slug.js";
+import { Ingest } from "../events/ingest.js";
+import { createGuardedAgent } from "../net/guarded-agent.js";
+import type { Logger } from "../observability/logger.js";
+import { createMetrics } from "../observability/metrics.js";
+import { QUEUES } from "../queue/catalog.js";
+import { createAnalyzer } from "../runtime/analyzer.js";
+import { logSandboxCrash } from "../runtime/fatal.js";
+import { createRuntime } from "../runtime/index.js";
+import { createComponentFetcher } from "../services/component-fetcher.js";
+import { ComponentService } from "../services/components.js";
+import { IngressRate } from "../services/ingress-rate.js";
+import { SourceService } from "../services/sources.js";
+import { SubscriptionService } from "../services/subscriptions.js";
+import { UserDeletion } from "../services/user-deletion.js";
+import { UserService } from "../services/users.js";
+import { WebhookService } from "../services/webhooks.js";
+import { WorkflowService } from "../services/workflows.js";
+import { AttemptLog } from "../store/attempt-log.js";
+import { ComponentStore } from "../store/components.js";
+import type { StoreContext } from "../store/context.js";
+import { EventStore } from "../store/events.js";
+import { createKeys } from "../store/keys.js";
+import { RateLimiter } from "../store/rate-limit.js";
+import { ResourceUsage } from "../store/resource-usage.js";
+import { SourceStore } from "../store/sources.js";
+import { SubscriptionStore } from "../store/subscriptions.js";
+import { UsageCounters } from "../store/usage.js";
+import { UserStore } from "../store/users.js";
+import { WebhookStore } from "../store/webhooks.js";
+import { WorkflowStore } from "../store/workflows.js";
+import type { Connections } from "./connections.js";
+import type { Shutdown } from "./shutdown.js";
+
+export interface CoreOptions {
+  readonly config: Config;
+  readonly logger: Logger;
+  readonly conns: Connections;
+  readonly registryDir: string;
+  /** Where the parts opened here register their shutdown steps. */
+  readonly shutdown: Shutdown;
+}
+
+/**
+ * What every role of a process shares: keys, metrics, queues (producers), stores, services, the
+ * ingest and the source runtime (not started). Built once by the daemon and by the CLI, so both
+ * act through the same graph. Opens nothing that listens or consumes.
+ */
+export function createCore(o: CoreOptions) {
+  const { config, logger, conns, shutdown } = o;
+  const redis = conns.commands;
+  const keys = createKeys(config.keyPrefix);
+  const ctx: StoreContext = { redis, keys, now: Date.now, randomBytes: pooledRandomBytes((buf) => randomFillSync(buf)) };
+  const registry = new Registry();
+  const metrics = createMetrics(registry);
+  const agent = createGuardedAgent({ allowPrivate: config.allowPrivateDestinations });
+  shutdown.on("queues", "agent", () => agent.close());
+
+  const queueOpts = { connection: conns.queues, prefix: keys.bullPrefix };
+  const queues = {
+    delivery: new Queue(QUEUES.delivery, queueOpts),
+    sourceRun: new Queue(QUEUES.sourceRun, queueOpts),
+    maintenance: new Queue(QUEUES.maintenance, queueOpts),
+    timers: new Queue(QUEUES.timers, queueOpts),
+  };
+  for (const q of Object.values(queues)) {
+    q.on("error", (err) => logger.warn({ err: err.message, queue: q.name }, "queue error"));
+    shutdown.on("queues", `queue ${q.name}`, () => q.close());
+  }
+
+  // Stores that create things enforce the per-user limits atomically (docs/security.md).
+  const stores = {
+    users: new UserStore(ctx),
+    components: new ComponentStore(ctx, config.limits),
+    sources: new SourceStore(ctx, config.limits),
+    webhooks: new WebhookStore(ctx, config.limits),
+    subscriptions: new SubscriptionStore(ctx, config.limits),
+    workflows: new WorkflowStore(ctx, config.limits),
+    events: new EventStore(redis, keys),
+    attemptLog: new AttemptLog(redis, keys, config.deliveryLogLimit, Date.now),
+  };
+
+  const onSandboxCrash = logSandboxCrash(logger);
+  const analyzer = createAnalyzer(config, onSandboxCrash);
+  shutdown.on("resources", "analyzer", () => analyzer.close());
+  const fetcher = createComponentFetcher({ agent, timeoutMs: config.componentFetchTimeoutMs, maxBytes: config.componentFetchMaxBytes });
+  const components = new ComponentService(stores.components, analyzer, fetcher, o.registryDir);
+  const workflows = new WorkflowService(stores.workflows, stores.subscriptions, stores.events);
+  // One token bucket per user for workflow emits and HTTP source requests.
+  const { ingressEventsPerSecond: perSecond, ingressBurstEvents: burst } = config.limits;
+  const ingressRate = new IngressRate(new RateLimiter(redis, perSecond, burst), (userId) => keys.ingressRate(userId), { perSecond, burst });
+  const ingest = new Ingest(stores.events, workflows, metrics, Date.now, ctx.randomBytes, ingressRate);
+  const runtime = createRuntime({
+    config,
+    logger,
+    metrics,
+    redis,
+    blocking: conns.schedulerReads,
+    keys,
+    connection: conns.workers,
+    prefix: keys.bullPrefix,
+    agent,
+    users: stores.users,
+    sourceStore: stores.sources,
+    components,
+    ingest,
+    ingressRate,
+    sourceRunQueue: queues.sourceRun,
+    timersQueue: queues.timers,
+    now: Date.now,
+    randomBytes: ctx.randomBytes,
+    onSandboxCrash,
+  });
+  shutdown.on("workers", "runtime", () => runtime.close());
+  const sources = new SourceService(stores.sources, components, stores.subscriptions, runtime.lifecycle, {
+    publicUrl: config.publicUrl,
+    timerMinIntervalSeconds: config.timerMinIntervalSeconds,
+    now: Date.now,
+    randomBytes: ctx.randomBytes,
+    slugify,
+  });
+  const services = {
+    components,
+    workflows,
+    sources,
+    webhooks: new WebhookService(stores.webhooks, stores.subscriptions, ctx.randomBytes, {
+      secretRotationOverlapMs: config.webhookSecretRotationOverlapSeconds * 1000,
+    }),
+    subscriptions: new SubscriptionService(stores.subscriptions, stores.sources, stores.webhooks, workflows),
+    users: new UserService(
+      stores.users,
+      new UsageCounters(redis, keys),
+      { dailyInvocations: config.freeDailyInvocationsQuota, dailyComputeMs: config.freeDailyComputeTimeQuotaMs },
+      Date.now,
+      new ResourceUsage(ctx, stores.components, config.limits),
+    ),
+    userDeletion: new UserDeletion(stores.users, stores.sources, sources, logger),
+  };
+  return {
+    config,
+    logger,
+    keys,
+    ctx,
+    metrics,
+    agent,
+    queues,
+    stores,
+    services,
+    analyzer,
+    ingest,
+    runtime,
+    /** Attempts a delivery gets in all (first attempt and retries). */
+    attempts: maxAttempts(config.deliveryRetryScheduleMs),
+  };
+}
+
+export type Core = ReturnType<typeof createCore>;

@@ -1,0 +1,171 @@
+import type { Queue } from "bullmq";
+import { type AppError, NotFoundError, SourceRunFailedError, TooManyRequestsError } from "../domain/errors.js";
+import type { Logger } from "../observability/logger.js";
+import type { SourceRunJob } from "../queue/catalog.js";
+import { SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
+import type { Keys } from "../store/keys.js";
+import type { SourceRecord, SourceStore } from "../store/sources.js";
+import type { HttpEvent } from "./http-request.js";
+import type { ComponentCatalog } from "./ports.js";
+import type { Quotas } from "./quotas.js";
+import type { RateLimiter } from "../store/rate-limit.js";
+import type { SourceRunner } from "./runner.js";
+import type { HttpResponse } from "./sandbox/types.js";
+
+export interface SourceRequestDeps {
+  sources: SourceStore;
+  components: ComponentCatalog;
+  runner: SourceRunner;
+  quotas: Quotas;
+  limiter: RateLimiter;
+  /** The per-user ingress rate (services/ingress-rate.ts): each request counts one event. */
+  ingress?: { admit(userId: string, events: number): Promise<void> };
+  keys: Keys;
+  queue: Queue;
+  logger: Logger;
+  now: () => number;
+}
+
+/**
+ * Inline runs in flight in this process, per source and per user. Each holds an isolate for up to
+ * the run time limit, so one user's slow or looping component must not take them all.
+ */
+export const INLINE_RUNS_PER_SOURCE = 2;
+export const INLINE_RUNS_PER_USER = 4;
+
+/** Sends a component's custom answer; `sent: false` when it may not be sent (domain/custom-response.ts). */
+export type SendResponse = (r: HttpResponse) => { sent: true } | { sent: false; problem: string };
+
+class InFlight {
+  private readonly counts = new Map<string, number>();
+  count(key: string): number {
+    return this.counts.get(key) ?? 0;
+  }
+  add(key: string, delta: number): void {
+    const n = this.count(key) + delta;
+    if (n <= 0) this.counts.delete(key);
+    else this.counts.set(key, n);
+  }
+}
+
+/**
+ * Requests to HTTP source endpoints, as the runtime sees them (SPEC §5): admit (token, rates,
+ * quota), then make the event durable as a source-run job, or run it now and hand its first
+ * `this.http.respond()` to the caller. The HTTP side lives in api/routes/source-endpoints.ts.
+ */
+export class SourceRequests {
+  private readonly inFlight = new InFlight();
+
+  constructor(private readonly d: SourceRequestDeps) {}
+
+  /** The active source behind `token`, once its rate, the user's ingress rate and quota admit one more request. */
+  async admit(token: string): Promise<SourceRecord> {
+    const d = this.d;
+    const target = await d.sources.endpoint(token);
+    const source = target ? await d.sources.get(target.userId, target.sourceId) : undefined;
+    if (!source?.active || source.endpoint_token !== token) throw new NotFoundError("no such endpoint", "endpoint_not_found");
+
+    const wait = await d.limiter.take(d.keys.sourceRate(source.user_id, source.id));
+    if (wait > 0) throw new TooManyRequestsError("this endpoint is receiving too many requests", wait / 1000);
+    await d.ingress?.admit(source.user_id, 1);
+    const quota = await d.quotas.check(source.user_id);
+    if (!quota.ok) throw new TooManyRequestsError(quota.reason, quota.retryAfterSeconds, "quota_exceeded");
+    return source;
+  }
+
+  /**
+   * Takes an admitted request's event. Without a custom response it is made durable as a
+   * source-run job ("queued": the caller answers 200 at once); with one, the source runs now and
+   * its first `this.http.respond()` goes to `send` ("answered"), or the call throws the error to
+   * answer with.
+   */
+  async take(source: SourceRecord, event: HttpEvent, send: SendResponse): Promise<"queued" | "answered"> {
+    const component = await this.d.components.require(source.user_id, source.component_id);
+    const httpProp = component.configurable_props.find((p) => p.name === source.http_prop);
+    if (!httpProp?.customResponse) {
+      await this.enqueue(source, event);
+      return "queued";
+    }
+    await this.respond(source, event, send);
+    return "answered";
+  }
+
+  private async enqueue(source: SourceRecord, event: HttpEvent): Promise<void> {
+    const job: SourceRunJob = {
+      kind: "http",
+      userId: source.user_id,
+      sourceId: source.id,
+      request: { method: event.method, path: event.path, query: event.query, headers: event.headers, bodyRaw: event.bodyRaw },
+      acceptedAtMs: this.d.now(),
+    };
+    await this.d.queue.add("http", job, SOURCE_RUN_JOB_OPTS);
+  }
+
+  /** Runs the source now and sends its first respond(); a run that never responds is a clear error. */
+  private async respond(source: SourceRecord, event: HttpEvent, send: SendResponse): Promise<void> {
+    const userId = source.user_id;
+    const sourceId = source.id;
+    const inFlight = this.inFlight;
+    if (inFlight.count(sourceId) >= INLINE_RUNS_PER_SOURCE || inFlight.count(userId) >= INLINE_RUNS_PER_USER) {
+      throw new TooManyRequestsError("too many requests to this source are being answered right now", 1, "too_many_inline_runs");
+    }
+    inFlight.add(sourceId, 1);
+    inFlight.add(userId, 1);
+    // The slot is held until the run ends, which may be after it responded.
+    const release = () => {
+      inFlight.add(sourceId, -1);
+      inFlight.add(userId, -1);
+    };
+    let run: Promise<unknown> | undefined;
+    try {
+      const answer = await this.runInline(source, event, send);
+      run = answer.run;
+      if (answer.error) throw answer.error;
+    } finally {
+      if (run) void run.finally(release).catch(() => {});
+      else release();
+    }
+  }
+
+  /**
+   * Answers the request, or returns the error to answer with; returns the run, which may still be
+   * going on after it responded. The caller is anonymous: when the run fails, its error goes to the
+   * source's $errors (the runner records it) and the answer is a generic SourceRunFailedError.
+   */
+  private async runInline(
+    source: SourceRecord,
+    event: HttpEvent,
+    send: SendResponse,
+  ): Promise<{ run: Promise<unknown>; error?: AppError }> {
+    const d = this.d;
+    const { user_id: userId, id: sourceId } = source;
+    let answered: (r: HttpResponse) => void = () => {};
+    const response = new Promise<HttpResponse>((resolve) => {
+      answered = resolve;
+    });
+    const run = d.runner.run({ userId, sourceId, trigger: "http", event, onRespond: (r) => answered(r) });
+    const first = await Promise.race([response.then((r) => ({ r })), run.then((o) => ({ o }))]);
+    if ("r" in first) {
+      // The run goes on after responding; its emits are recorded when it ends.
+      run.catch((err) => d.logger.error({ err, sourceId }, "source run failed after responding"));
+      const sent = send(first.r);
+      if (!sent.sent) {
+        const error = { code: "INVALID_RESPONSE", msg: sent.problem, stack: "", ts: new Date(d.now()).toISOString() };
+        await d.runner.recordError(source, error, event, 0).catch((err) => d.logger.error({ err, sourceId }, "recording $errors failed"));
+        return { run, error: new SourceRunFailedError("invalid_response") };
+      }
+      // Wrapped: returning the bare promise would make this function wait for the run to end.
+      return { run };
+    }
+    const outcome = first.o;
+    if (outcome.status === "skipped") {
+      if (outcome.reason === "quota") {
+        return { run, error: new TooManyRequestsError(outcome.detail, outcome.retryAfterSeconds ?? 60, "quota_exceeded") };
+      }
+      return { run, error: new NotFoundError("no such endpoint", "endpoint_not_found") };
+    }
+    const failure = outcome.result.error;
+    if (!failure) return { run, error: new SourceRunFailedError("no_response") };
+    return { run, error: new SourceRunFailedError(failure.code === "TIMEOUT" ? "timed_out" : "failed") };
+  }
+}

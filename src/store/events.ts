@@ -1,0 +1,214 @@
+import type { Redis } from "ioredis";
+import { ValidationError } from "../domain/errors.js";
+import { emitterGlob, isEventId } from "../domain/ids.js";
+import { pageInfo, type PageInfo } from "../domain/pagination.js";
+import type { Keys } from "./keys.js";
+import { normalizeChannel } from "./keys.js";
+import { defineScript, type ScriptCall } from "./script.js";
+import { RECORD_EVENTS } from "./scripts/record-events.js";
+
+export type EmitterKind = "source" | "workflow";
+
+/** Metadata of an emit, as the caller gave it. */
+export interface EmitMeta {
+  id?: string | number;
+  summary?: string;
+  ts?: number;
+}
+
+/** One event to record: the payload as emitted and its metadata. */
+export interface NewEvent {
+  payload: unknown;
+  meta: EmitMeta;
+  emitId: string;
+}
+
+/** What the summary stream holds per event. */
+interface StoredSummary {
+  /** The payload as emitted. */
+  p: unknown;
+  /** emit_id */
+  x: string;
+  m: EmitMeta;
+  /** Wrap the payload as {raw_event} in summaries (workflow emits, per the API document). */
+  w?: 1;
+}
+
+export interface EventSummary {
+  id: string;
+  indexed_at_ms: number;
+  event: unknown;
+  metadata: { emitter_id: string; emit_id: string; name: string; summary?: string; id?: string | number; ts?: number };
+  truncated?: true;
+}
+
+export interface RecordInput {
+  userId: string;
+  emitterId: string;
+  emitterKind: EmitterKind;
+  channel: string;
+  events: readonly NewEvent[];
+  hops?: number;
+  acceptedAtMs: number;
+}
+
+/** Tokens a record charges to the user's ingress bucket in its own step (store/scripts/record-events.ts). */
+export interface IngressCharge {
+  /** The bucket (`keys.ingressRate`). */
+  readonly key: string;
+  /** Tokens: every event of the request. */
+  readonly cost: number;
+  readonly perSecond: number;
+  readonly burst: number;
+}
+
+/** What a charged record answers: the event ids, or the wait until the bucket could pay. */
+export type ChargedRecord = { readonly ids: string[] } | { readonly waitMs: number };
+
+const TRUNCATE_BYTES = 1024;
+
+/** Cuts a string to at most `max` UTF-8 bytes without splitting a character. */
+export function truncateUtf8(text: string, max: number): string {
+  const buf = Buffer.from(text, "utf8");
+  if (buf.length <= max) return text;
+  let end = max;
+  while (end > 0 && ((buf[end] ?? 0) & 0xc0) === 0x80) end--;
+  return buf.subarray(0, end).toString("utf8");
+}
+
+/** Summary streams (latest 100 per emitter and channel) and the outbox. */
+export class EventStore {
+  private readonly recordScript: ScriptCall;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+  ) {
+    this.recordScript = defineScript(redis, RECORD_EVENTS);
+  }
+
+  /** Records events atomically (summary + outbox); returns their ids in order. */
+  async record(input: RecordInput): Promise<string[]> {
+    const r = await this.recordGuarded(input, undefined);
+    if (r === null || !("ids" in r)) throw new Error("record: an unguarded, uncharged record always writes");
+    return r.ids;
+  }
+
+  /**
+   * Like `record`, but only when `guardKey` exists (checked in the same script; null, nothing
+   * written, when it does not), and after `charge` tokens are taken from the user's ingress bucket
+   * in the same step (`waitMs`, nothing written, when the bucket cannot pay).
+   */
+  async recordGuarded(input: RecordInput, guardKey: string | undefined, charge?: IngressCharge): Promise<ChargedRecord | null> {
+    const channel = normalizeChannel(input.channel);
+    const summaryKey = this.keys.events(input.userId, input.emitterId, channel);
+    const args: string[] = [
+      input.userId,
+      input.emitterId,
+      channel,
+      String(input.acceptedAtMs),
+      String(input.hops ?? 0),
+      input.emitterKind,
+      guardKey === undefined ? "0" : "1",
+      String(charge?.cost ?? 0),
+      String(charge?.perSecond ?? 0),
+      String(charge?.burst ?? 0),
+      String(input.acceptedAtMs),
+    ];
+    const wrap = input.emitterKind === "workflow" && channel !== "$errors" ? ',"w":1' : "";
+    for (const e of input.events) {
+      const payload = JSON.stringify(e.payload ?? null);
+      // The StoredSummary JSON, built around the payload text instead of stringifying it twice
+      // (same bytes as JSON.stringify({p, x, m, w?})).
+      args.push(`{"p":${payload},"x":${JSON.stringify(e.emitId)},"m":${JSON.stringify(e.meta)}${wrap}}`, payload);
+    }
+    const exactIndex = this.keys.subscriptionIndex(input.userId, input.emitterId, channel);
+    const glob = emitterGlob(input.emitterId);
+    const keys = [
+      summaryKey,
+      this.keys.outbox(),
+      this.keys.eventChannels(input.userId, input.emitterId),
+      exactIndex,
+      glob ? this.keys.subscriptionIndex(input.userId, glob, channel) : exactIndex,
+      guardKey ?? summaryKey,
+      charge?.key ?? summaryKey,
+    ];
+    const reply = (await this.recordScript(keys, args)) as string[] | number | null;
+    if (reply === null) return null;
+    return typeof reply === "number" ? { waitMs: reply } : { ids: reply };
+  }
+
+  /** Summaries newest first; `after`/`before` are event ids; events over 1 KB truncated unless expanded. */
+  async summaries(
+    userId: string,
+    emitterId: string,
+    channel: string,
+    opts: { limit: number; after?: string; before?: string; expand: boolean },
+  ): Promise<{ data: EventSummary[]; page_info: PageInfo }> {
+    const key = this.keys.events(userId, emitterId, channel);
+    for (const [name, v] of [
+      ["after", opts.after],
+      ["before", opts.before],
+    ] as const) {
+      if (v !== undefined && !isEventId(v)) throw new ValidationError(`${name} must be an event id (<ms>-<seq>)`, "invalid_cursor");
+    }
+    let entries: [string, string[]][];
+    if (opts.after !== undefined && /^0+-0+$/.test(opts.after)) {
+      // Nothing precedes the zero id; Redis refuses the exclusive range "(0-0".
+      entries = [];
+    } else if (opts.before !== undefined) {
+      entries = ((await this.redis.xrange(key, `(${opts.before}`, "+", "COUNT", opts.limit)) as [string, string[]][]).reverse();
+    } else {
+      const end = opts.after !== undefined ? `(${opts.after}` : "+";
+      entries = (await this.redis.xrevrange(key, end, "-", "COUNT", opts.limit)) as [string, string[]][];
+    }
+    const total = await this.redis.xlen(key);
+    const data = entries.map(([id, fields]) => toSummary(id, fields, emitterId, normalizeChannel(channel), opts.expand));
+    return { data, page_info: pageInfo(data, total, (s) => s.id) };
+  }
+
+  /** Deletes events of one stream by inclusive id range (both absent = all). */
+  async deleteRange(userId: string, emitterId: string, channel: string, startId: string | null, endId: string | null): Promise<number> {
+    const key = this.keys.events(userId, emitterId, channel);
+    if (startId === null && endId === null) return this.redis.del(key);
+    const ids = ((await this.redis.xrange(key, startId ?? "-", endId ?? "+")) as [string, string[]][]).map(([id]) => id);
+    return ids.length > 0 ? this.redis.xdel(key, ...ids) : 0;
+  }
+
+  /** Channels with a stream for the emitter. */
+  channels(userId: string, emitterId: string): Promise<string[]> {
+    return this.redis.smembers(this.keys.eventChannels(userId, emitterId));
+  }
+
+  /** Drops every stream of an emitter (workflow or source deletion). */
+  async dropEmitter(userId: string, emitterId: string): Promise<void> {
+    const channels = await this.channels(userId, emitterId);
+    const tx = this.redis.multi().del(this.keys.eventChannels(userId, emitterId));
+    for (const c of channels) tx.del(this.keys.events(userId, emitterId, c));
+    await tx.exec();
+  }
+}
+
+function toSummary(id: string, fields: string[], emitterId: string, channel: string, expand: boolean): EventSummary {
+  const raw = fields[1] ?? "null";
+  let stored: StoredSummary;
+  try {
+    stored = JSON.parse(raw) as StoredSummary;
+  } catch {
+    stored = { p: null, x: "", m: {} };
+  }
+  const event = stored.w ? { raw_event: stored.p } : stored.p;
+  const metadata: EventSummary["metadata"] = { emitter_id: emitterId, emit_id: stored.x, name: channel };
+  if (stored.m.summary !== undefined) metadata.summary = stored.m.summary;
+  if (stored.m.id !== undefined) metadata.id = stored.m.id;
+  if (stored.m.ts !== undefined) metadata.ts = stored.m.ts;
+  const summary: EventSummary = { id, indexed_at_ms: Number(id.split("-")[0]), event, metadata };
+  if (!expand) {
+    const json = JSON.stringify(event) ?? "null";
+    if (Buffer.byteLength(json, "utf8") > TRUNCATE_BYTES) {
+      summary.event = truncateUtf8(json, TRUNCATE_BYTES);
+      summary.truncated = true;
+    }
+  }
+  return summary;
+}

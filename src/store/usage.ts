@@ -1,0 +1,46 @@
+import type { Redis } from "ioredis";
+import { billingPeriod, utcDay } from "../domain/billing-period.js";
+import type { Keys } from "./keys.js";
+
+/**
+ * Usage counters of source runs (SPEC §5): per UTC day for free users (invocations and compute ms,
+ * in hashes kept two days) and per billing period for paid users (invocations, kept 40 days).
+ * Written by the source runtime, read by its quota check and by `/users/me`.
+ */
+export class UsageCounters {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+  ) {}
+
+  /** The day's counters at `nowMs`. */
+  async today(userId: string, nowMs: number): Promise<{ invocations: number; computeMs: number }> {
+    const [inv, ms] = await this.redis.hmget(this.keys.usage(userId, utcDay(nowMs)), "invocations", "compute_ms");
+    return { invocations: Number(inv ?? 0), computeMs: Number(ms ?? 0) };
+  }
+
+  /** Invocations in the billing period starting at `periodStart` (seconds). */
+  async billing(userId: string, periodStart: number): Promise<number> {
+    return Number((await this.redis.hget(this.keys.billingUsage(userId, periodStart), "invocations")) ?? 0);
+  }
+
+  /** Counts one run: in the billing period for paid users, else in the day with its sandbox time. */
+  async countRun(userId: string, plan: "free" | "paid", computeMs: number, nowMs: number): Promise<void> {
+    if (plan === "paid") {
+      const key = this.keys.billingUsage(userId, billingPeriod(nowMs).start);
+      await this.redis
+        .multi()
+        .hincrby(key, "invocations", 1)
+        .expire(key, 40 * 86_400)
+        .exec();
+      return;
+    }
+    const key = this.keys.usage(userId, utcDay(nowMs));
+    await this.redis
+      .multi()
+      .hincrby(key, "invocations", 1)
+      .hincrbyfloat(key, "compute_ms", Math.max(0, computeMs))
+      .expire(key, 2 * 86_400)
+      .exec();
+  }
+}

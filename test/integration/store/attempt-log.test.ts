@@ -1,0 +1,120 @@
+import type { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type AttemptChange, AttemptLog, type DeliveryBase, type DeliveryStatus } from "../../../src/store/attempt-log.js";
+import { createKeys } from "../../../src/store/keys.js";
+import { connectRedis, dropPrefix, testPrefix } from "../../helpers/redis.js";
+
+/** The attempt log's own writes against a real Redis: creation on the first attempt, trim, payload. */
+const prefix = testPrefix();
+const keys = createKeys(prefix);
+let redis: Redis;
+
+beforeAll(() => {
+  redis = connectRedis();
+});
+afterAll(async () => {
+  await dropPrefix(redis, prefix);
+  redis.disconnect();
+});
+
+let seq = 0;
+/** A delivery to `listenerId`, a webhook that exists (the log is only written for live listeners). */
+async function base(listenerId: string): Promise<DeliveryBase> {
+  seq++;
+  await redis.set(keys.webhook("u_log", listenerId), "{}");
+  return {
+    id: `d_test${seq}`,
+    user_id: "u_log",
+    listener_id: listenerId,
+    listener_kind: "webhook",
+    event_id: `${1_700_000_000_000 + seq}-0`,
+    emitter_id: "p_log",
+    event_name: "",
+    payload: JSON.stringify({ n: seq }),
+    accepted_at_ms: 1_700_000_000_000,
+  };
+}
+
+const attempt = (status: DeliveryStatus): AttemptChange => ({
+  status,
+  attempt: { at: "2026-01-01T00:00:00.000Z", status_code: status === "delivered" ? 200 : 500, duration_ms: 1, error: null },
+});
+
+describe("AttemptLog", () => {
+  it("creates the record on the first write, appends on later ones, and never overwrites a record it did not read", async () => {
+    const log = new AttemptLog(redis, keys, 100, Date.now);
+    const b = await base("wh_one");
+    const first = await log.upsert(b, attempt("pending"));
+    expect(first).toMatchObject({ id: b.id, status: "pending", attempts: [{ attempt: 1 }], payload: b.payload });
+    // A second runner that did not read the record (a stalled job taken over) appends to it.
+    const second = await log.upsert(b, attempt("delivered"));
+    expect(second?.attempts.map((a) => a.attempt)).toEqual([1, 2]);
+    const stored = await log.get("u_log", b.id);
+    expect(stored).toMatchObject({ status: "delivered", attempts: [{ attempt: 1 }, { attempt: 2 }] });
+    expect(stored?.payload).toBe(""); // delivered: nothing left to replay
+    expect(await redis.zcard(keys.deliveries("u_log", "wh_one"))).toBe(1);
+  });
+
+  it("marks a given-up delivery failed, unless a late run delivered it", async () => {
+    const log = new AttemptLog(redis, keys, 100, Date.now);
+    const given = await base("wh_given");
+    await log.upsert(given, attempt("pending"));
+    expect(await log.upsert(given, { status: "failed", keepDelivered: true })).toMatchObject({
+      status: "failed",
+      attempts: [{ attempt: 1 }],
+    });
+    const done = await base("wh_given");
+    await log.upsert(done, attempt("delivered"));
+    expect(await log.upsert(done, { status: "failed", keepDelivered: true })).toMatchObject({ status: "delivered" });
+    // Never attempted (BullMQ gave up before the first attempt ended): created failed, no attempts.
+    const never = await base("wh_given");
+    expect(await log.upsert(never, { status: "failed", keepDelivered: true })).toMatchObject({
+      status: "failed",
+      attempts: [],
+      payload: never.payload,
+    });
+  });
+
+  it("writes nothing once the listener is gone (a webhook deleted while its attempt was in flight)", async () => {
+    const log = new AttemptLog(redis, keys, 100, Date.now);
+    const b = await base("wh_gone");
+    await redis.del(keys.webhook("u_log", "wh_gone"));
+    expect(await log.upsert(b, attempt("delivered"))).toBeUndefined();
+    expect(await redis.exists(keys.delivery("u_log", b.id), keys.deliveries("u_log", "wh_gone"))).toBe(0);
+  });
+
+  it("keeps a failed delivery's payload for replay", async () => {
+    const log = new AttemptLog(redis, keys, 100, Date.now);
+    const b = await base("wh_failed");
+    await log.upsert(b, attempt("failed"));
+    expect((await log.get("u_log", b.id))?.payload).toBe(b.payload);
+  });
+
+  it("keeps the newest `limit` finished deliveries per listener, but never a pending one", async () => {
+    const log = new AttemptLog(redis, keys, 3, Date.now);
+    const pending = await base("wh_trim");
+    await log.upsert(pending, attempt("pending")); // the oldest, still waiting for a retry
+    const finished: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const b = await base("wh_trim");
+      finished.push(b.id);
+      await log.upsert(b, attempt("delivered"));
+    }
+    const ids = await redis.zrange(keys.deliveries("u_log", "wh_trim"), 0, -1);
+    expect(ids).toContain(pending.id);
+    // Over the limit only by the pending one; the oldest finished ones are gone with their records.
+    expect(ids.filter((id) => id !== pending.id)).toEqual(finished.slice(-3));
+    expect(await log.get("u_log", finished[0] as string)).toBeUndefined();
+    const page = await log.list("u_log", "wh_trim", { limit: 10 });
+    expect(page.data.map((d) => d.id)).toEqual([...finished.slice(-3)].reverse().concat(pending.id));
+  });
+
+  it("trims in batches: it lets the log run limit/20 over, then cuts it back to the limit", async () => {
+    const log = new AttemptLog(redis, keys, 40, Date.now); // slack 2
+    const count = () => redis.zcard(keys.deliveries("u_log", "wh_batch"));
+    for (let i = 0; i < 41; i++) await log.upsert(await base("wh_batch"), attempt("delivered"));
+    expect(await count()).toBe(41);
+    await log.upsert(await base("wh_batch"), attempt("delivered"));
+    expect(await count()).toBe(40);
+  });
+});

@@ -1,0 +1,76 @@
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "../../../src/config/load.js";
+import { envSchema } from "../../../src/config/schema.js";
+import { parseDuration, parseDurationList } from "../../../src/domain/duration.js";
+
+describe("loadConfig", () => {
+  it("applies the documented defaults", () => {
+    const c = loadConfig({});
+    expect(c.port).toBe(3000);
+    expect(c.host).toBe("0.0.0.0");
+    expect(c.publicUrl).toBe("http://localhost:3000");
+    expect(c.roles).toEqual(["api", "worker", "scheduler"]);
+    expect(c.allowPrivateDestinations).toBe(false);
+    expect(c.deliveryRetryScheduleMs).toEqual([5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]);
+    expect(c.deliveryTimeoutMs).toBe(15_000);
+    expect(c.timerMinIntervalSeconds).toBe(15);
+    expect(c.logLevel).toBe("info");
+    expect(Object.isFrozen(c)).toBe(true);
+  });
+  it("reads overrides and treats empty strings as unset", () => {
+    const c = loadConfig({
+      PORT: "8080",
+      PUBLIC_URL: "https://relay.example.com/",
+      ROLES: "api, worker",
+      ALLOW_PRIVATE_DESTINATIONS: "true",
+      REDIS_URL: "",
+    });
+    expect(c.port).toBe(8080);
+    expect(c.publicUrl).toBe("https://relay.example.com");
+    expect(c.roles).toEqual(["api", "worker"]);
+    expect(c.allowPrivateDestinations).toBe(true);
+    expect(c.redisUrl).toBeUndefined();
+  });
+  it.each([
+    ["PORT", "abc"],
+    ["ROLES", "api,cook"],
+    ["DELIVERY_RETRY_SCHEDULE", "5s,soon"],
+    ["DELIVERY_TIMEOUT_MS", "-1"],
+    ["LOG_LEVEL", "loud"],
+    ["REDIS_URL", "http://x"],
+    ["ALLOW_PRIVATE_DESTINATIONS", "maybe"],
+  ])("names %s when it is invalid", (name, value) => {
+    expect(() => loadConfig({ [name]: value })).toThrowError(ConfigError);
+    expect(() => loadConfig({ [name]: value })).toThrowError(new RegExp(`invalid ${name}: accepts`));
+  });
+  it("config/defaults.env documents every setting with the schema's default", () => {
+    const text = readFileSync(path.resolve(import.meta.dirname, "../../../config/defaults.env"), "utf8");
+    const documented = Object.fromEntries(
+      text
+        .split("\n")
+        .filter((l) => /^[A-Z_]+=/.test(l))
+        .map((l) => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1)]),
+    );
+    expect(Object.keys(documented).sort()).toEqual(Object.keys(envSchema.shape).sort());
+    const fromDefaults = loadConfig({});
+    const fromFile = loadConfig(documented);
+    expect(fromFile).toEqual(fromDefaults);
+  });
+});
+
+describe("durations", () => {
+  it("parses ms, s, m and h", () => {
+    expect(parseDuration("200ms")).toBe(200);
+    expect(parseDuration("5s")).toBe(5000);
+    expect(parseDuration("30m")).toBe(1_800_000);
+    expect(parseDuration("2h")).toBe(7_200_000);
+    expect(parseDurationList("200ms,400ms,800ms")).toEqual([200, 400, 800]);
+  });
+  it("rejects other forms", () => {
+    for (const bad of ["5", "1.5s", "5d", "s", "", "-1s"]) expect(parseDuration(bad)).toBeUndefined();
+    expect(parseDurationList("")).toBeUndefined();
+    expect(parseDurationList("5s,")).toBeUndefined();
+  });
+});

@@ -1,0 +1,143 @@
+import { describe, expect, it } from "vitest";
+import { deliveryIdFor, listenerKindOf, sourceRunIdFor } from "../../../src/domain/ids.js";
+import { planFanout, planLookups, uniqueListeners } from "../../../src/events/fanout-plan.js";
+import { OUTBOX_FIELDS, type OutboxEntry, parseOutboxEntry } from "../../../src/events/outbox.js";
+import { RECORD_EVENTS } from "../../../src/store/scripts/record-events.js";
+
+/** Fan-out's decisions without Redis: the outbox wire format, the lookups, and the jobs of a batch. */
+
+const entry = (n: number, over: Partial<OutboxEntry> = {}): OutboxEntry => ({
+  entryId: `9-${n}`,
+  userId: "u_1",
+  emitterId: "p_orders",
+  emitterKind: "workflow",
+  channel: "",
+  eventId: `100-${n}`,
+  acceptedAtMs: 500 + n,
+  hops: 0,
+  payload: `{"n":${n}}`,
+  ...over,
+});
+
+describe("outbox wire format", () => {
+  it("parses the fields the record script writes", () => {
+    const fields = ["u", "u_1", "e", "p_orders", "c", "", "i", "100-1", "t", "501", "h", "2", "k", "source", "p", '{"n":1}'];
+    expect(parseOutboxEntry("9-1", fields)).toEqual(entry(1, { hops: 2, emitterKind: "source" }));
+  });
+
+  it("reads entries of older versions without accepted-at, hops or emitter kind", () => {
+    expect(parseOutboxEntry("9-1", ["u", "u_1", "e", "p_orders", "c", "", "i", "100-1", "p", '{"n":1}'])).toEqual(
+      entry(1, { acceptedAtMs: 0 }),
+    );
+  });
+
+  it("refuses an entry that lacks what a delivery needs", () => {
+    expect(parseOutboxEntry("9-1", ["u", "u_1", "e", "p_orders", "c", "", "i", "100-1"])).toBeUndefined();
+    expect(parseOutboxEntry("9-1", ["e", "p_orders", "c", "", "i", "100-1", "p", "{}"])).toBeUndefined();
+  });
+
+  it("is what RECORD_EVENTS.lua writes: the same fields in the same order", () => {
+    const xadd = RECORD_EVENTS.lua.split("\n").find((line) => line.includes("XADD', KEYS[2]"));
+    expect([...(xadd ?? "").matchAll(/'([a-z])', (?:ARGV|id)/g)].map((m) => m[1])).toEqual([...OUTBOX_FIELDS]);
+  });
+});
+
+describe("listener ids", () => {
+  it("name their kind by prefix", () => {
+    expect(["wh_1", "p_flow", "dc_src", "u_1", "sub_1"].map(listenerKindOf)).toEqual([
+      "webhook",
+      "workflow",
+      "source",
+      undefined,
+      undefined,
+    ]);
+  });
+
+  it("give deterministic delivery and source-run ids from one hash of the event and listener", () => {
+    const e = entry(1);
+    expect(deliveryIdFor(e, "wh_1")).toMatch(/^d_[0-9a-f]{24}$/);
+    expect(deliveryIdFor({ ...e }, "wh_1")).toBe(deliveryIdFor(e, "wh_1"));
+    expect(deliveryIdFor(e, "wh_2")).not.toBe(deliveryIdFor(e, "wh_1"));
+    expect(deliveryIdFor({ ...e, channel: "other" }, "wh_1")).not.toBe(deliveryIdFor(e, "wh_1"));
+    expect(sourceRunIdFor(e, "dc_src")).toBe(deliveryIdFor(e, "dc_src").replace(/^d_/, "run_"));
+  });
+});
+
+describe("planLookups", () => {
+  it("shares one lookup between the entries of one user, emitter and channel", () => {
+    const entries = [entry(1), entry(2, { channel: "x" }), entry(3), entry(4, { userId: "u_2" }), entry(5, { channel: "x" })];
+    const { lookups, lookupOf } = planLookups(entries);
+    expect(lookups).toEqual([
+      { userId: "u_1", emitterId: "p_orders", channel: "" },
+      { userId: "u_1", emitterId: "p_orders", channel: "x" },
+      { userId: "u_2", emitterId: "p_orders", channel: "" },
+    ]);
+    expect(lookupOf).toEqual([0, 1, 0, 2, 1]);
+  });
+});
+
+describe("planFanout", () => {
+  it("makes one delivery per webhook or workflow and one source run per source, each listener once", () => {
+    const subs = ["wh_a", "p_flow", "wh_a", "dc_src", "sub_weird"].map((listener_id) => ({ listener_id }));
+    const listeners = uniqueListeners(subs);
+    expect(listeners).toEqual(["wh_a", "p_flow", "dc_src", "sub_weird"]);
+    const e1 = entry(1);
+    const e2 = entry(2, { emitterKind: "source", emitterId: "dc_up", hops: 3 });
+    const plan = planFanout([e1, e2], [listeners, ["dc_src"]], "fanout");
+    expect(plan.counts).toEqual({ webhook: 1, workflow: 1, source: 2 });
+    expect(plan.deliveries.map((d) => [d.listenerId, d.listenerKind, d.deliveryId, d.origin, d.priorAttempts])).toEqual([
+      ["wh_a", "webhook", deliveryIdFor(e1, "wh_a"), "fanout", 0],
+      ["p_flow", "workflow", deliveryIdFor(e1, "p_flow"), "fanout", 0],
+    ]);
+    expect(plan.deliveries[0]).toMatchObject({ userId: "u_1", eventId: "100-1", payload: '{"n":1}', acceptedAtMs: 501, channel: "" });
+    expect(plan.entryOf).toEqual(["9-1", "9-1"]);
+    // A source's hop count grows only when the emitter is a source.
+    expect(plan.sourceRuns).toEqual([
+      {
+        id: sourceRunIdFor(e1, "dc_src"),
+        data: {
+          kind: "event",
+          userId: "u_1",
+          sourceId: "dc_src",
+          emitterId: "p_orders",
+          channel: "",
+          eventId: "100-1",
+          payload: '{"n":1}',
+          hops: 0,
+          acceptedAtMs: 501,
+        },
+      },
+      {
+        id: sourceRunIdFor(e2, "dc_src"),
+        data: {
+          kind: "event",
+          userId: "u_1",
+          sourceId: "dc_src",
+          emitterId: "dc_up",
+          channel: "",
+          eventId: "100-2",
+          payload: '{"n":2}',
+          hops: 4,
+          acceptedAtMs: 502,
+        },
+      },
+    ]);
+  });
+
+  it("plans a taken-over batch as redo jobs with the same ids", () => {
+    const plan = planFanout([entry(1)], [["wh_a"]], "fanout");
+    const redo = planFanout([entry(1)], [["wh_a"]], "redo");
+    expect(redo.deliveries.map((d) => d.deliveryId)).toEqual(plan.deliveries.map((d) => d.deliveryId));
+    expect(redo.deliveries[0]).toMatchObject({ origin: "redo", priorAttempts: 0, redo: true });
+    expect(plan.deliveries[0]?.redo).toBeUndefined();
+  });
+
+  it("plans nothing for entries that matched no listener", () => {
+    expect(planFanout([entry(1), entry(2)], [[], []], "fanout")).toEqual({
+      deliveries: [],
+      entryOf: [],
+      sourceRuns: [],
+      counts: { webhook: 0, workflow: 0, source: 0 },
+    });
+  });
+});
