@@ -157,11 +157,15 @@ describe("embedded redis-server lifecycle", () => {
     const first = await startDaemon("daemon-1", dataDir);
     const key = await createUser(first);
     const pid = serverPid(dataDir) as number;
-    // The watchdog first (the server's parent and the parent's other child, which waits for the
-    // daemon's end of the pipe): with it gone, nothing stops the server when the daemon dies.
+    // The daemon is frozen first: a running daemon that sees its watchdog die closes its end of the
+    // watchdog's pipe (Node destroys a dead child's stdin), and the watchdog's watcher, if still
+    // alive, answers that end-of-file with SIGTERM to the server. Then the watcher (the watchdog's
+    // other child, which waits for that end-of-file), then the watchdog (the server's parent): with
+    // both gone, nothing stops the server when the daemon dies.
     const watchdog = parentPid(pid) as number;
     expect(watchdog).not.toBe(first.pid);
-    for (const p of [watchdog, ...childrenOf(watchdog).filter((c) => c !== pid)]) process.kill(p, "SIGKILL");
+    process.kill(first.pid, "SIGSTOP");
+    for (const p of [...childrenOf(watchdog).filter((c) => c !== pid), watchdog]) process.kill(p, "SIGKILL");
     await first.kill("SIGKILL");
     await new Promise((r) => setTimeout(r, 500));
     expect(processAlive(pid), "the orphaned server should still be running").toBe(true);
