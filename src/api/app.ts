@@ -18,6 +18,7 @@ import { componentRoutes } from "./routes/components.js";
 import { sourceRoutes } from "./routes/sources.js";
 import { subscriptionRoutes } from "./routes/subscriptions.js";
 import { userRoutes } from "./routes/users.js";
+import { isLiveTailPath } from "./routes/live-tail.js";
 import { webhookRoutes } from "./routes/webhooks.js";
 import { workflowRoutes } from "./routes/workflows.js";
 
@@ -45,6 +46,8 @@ export interface ApiDeps {
   readonly v1Modules?: readonly RouteModule[];
   /** HTTP source endpoints under /e/ (raw bodies, no API key). */
   readonly endpoints?: Middleware;
+  /** The live tail's stream routes (`…/sse`, `/sse/…`), which authenticate by themselves (api/routes/live-tail.ts). */
+  readonly liveTail?: Middleware;
 }
 
 /** The router answers 405 with the real `Allow` header; the error middleware adds the JSON body. */
@@ -150,7 +153,8 @@ export function createApp(deps: ApiDeps): Koa {
   const endpoints = deps.endpoints;
   // Dispatch by path prefix, so /v1 requests skip the ops, endpoint and admin middleware. Only
   // paths starting with /v1 can match the /v1 router, and none of those can match the others.
-  app.use((ctx, next) => {
+  const liveTail = deps.liveTail;
+  const dispatch: Middleware = (ctx, next) => {
     if (isV1Path(ctx.path)) return v1Routes(ctx, () => v1Allowed(ctx, next));
     return opsRoutes(ctx, () =>
       opsAllowed(ctx, async () => {
@@ -158,6 +162,9 @@ export function createApp(deps: ApiDeps): Koa {
         else await adminGroup(ctx, next);
       }),
     );
-  });
+  };
+  // Stream paths meet the live-tail router first (its own auth: API key or browser token); what it
+  // does not answer goes on to the usual dispatch.
+  app.use(liveTail ? (ctx, next) => (isLiveTailPath(ctx.path) ? liveTail(ctx, () => dispatch(ctx, next)) : dispatch(ctx, next)) : dispatch);
   return app;
 }

@@ -2,6 +2,10 @@ import type { Server } from "node:http";
 import { createApp } from "../api/app.js";
 import { deliveryRoutes } from "../api/routes/deliveries.js";
 import { eventRoutes } from "../api/routes/events.js";
+import { liveTailRoutes } from "../api/routes/live-tail.js";
+import { randomBase62 } from "../domain/ids.js";
+import { LiveTail } from "../events/live-tail.js";
+import { LiveTailStore } from "../store/live-tail.js";
 import { sourceEndpoints } from "../api/routes/source-endpoints.js";
 import type { MaintenanceJob } from "../queue/catalog.js";
 import { AuthCache } from "../store/auth-cache.js";
@@ -31,6 +35,20 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
     logger,
   });
   shutdown.on("workers", "auth cache", () => authCache.stop());
+  // The live tail (SPEC §9): its streams end first at shutdown, so the server can close.
+  const random = core.ctx.randomBytes;
+  const tail = new LiveTail(new LiveTailStore(conns.commands, core.keys, (name) => conns.blocking(name)), {
+    heartbeatMs: config.liveTail.heartbeatSeconds * 1000,
+    tokenTtlMs: config.liveTail.tokenTtlSeconds * 1000,
+    maxStreamsPerUser: config.liveTail.maxStreamsPerUser,
+    newToken: () => `sse_${randomBase62(32, random)}`,
+    newStreamId: () => randomBase62(16, random),
+    now: Date.now,
+    logger,
+    metrics: core.metrics,
+  });
+  shutdown.on("http", "live tail", () => tail.close());
+  const live = liveTailRoutes({ tail, authenticator: authCache, sources: services.sources, workflows: services.workflows });
   const app = createApp({
     authenticator: authCache,
     logger,
@@ -40,6 +58,7 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
     ...services,
     purgeUser: (userId: string) => services.userDeletion.delete(userId),
     ready,
+    liveTail: live.streams,
     endpoints: sourceEndpoints(core.runtime.requests, { bodyLimitBytes: config.bodyLimitBytes, logger }),
     v1Modules: [
       eventRoutes({
@@ -52,6 +71,7 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
           await queues.maintenance.add(job.kind, job, MAINTENANCE_JOB_OPTS);
         },
       }),
+      live.v1,
       deliveryRoutes({ webhooks: services.webhooks, log: stores.attemptLog, queue: queues.delivery, attempts: core.attempts }),
     ],
   });

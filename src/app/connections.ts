@@ -28,6 +28,11 @@ export interface Connections {
   readonly workers: Redis;
   /** A new pub/sub connection (patient), closed with the others. */
   subscriber(name: string): Redis;
+  /**
+   * A new connection for blocking reads (patient) that its owner closes when done (the live tail's
+   * per-user readers come and go); one still open is closed with the others.
+   */
+  blocking(name: string): Redis;
   /** Quits every connection opened here; idempotent. */
   closeAll(): Promise<void>;
 }
@@ -48,7 +53,7 @@ const ERROR_LOG_EVERY_MS = 5000;
 export function createConnections(url: string, opts: ConnectionOptions): Connections {
   const failFast = { maxRetriesPerRequest: 2, commandTimeout: opts.commandTimeoutMs, enableReadyCheck: true } as const;
   const patient = { maxRetriesPerRequest: null, enableReadyCheck: true } as const;
-  const opened: Redis[] = [];
+  const opened = new Set<Redis>();
   const open = (name: string, options: RedisOptions): Redis => {
     const c = new Redis(url, options);
     let lastLog = 0;
@@ -58,7 +63,7 @@ export function createConnections(url: string, opts: ConnectionOptions): Connect
       lastLog = now;
       opts.logger.warn({ connection: name, err: err.message }, "redis connection error");
     });
-    opened.push(c);
+    opened.add(c);
     return c;
   };
   const commands = open("commands", { ...failFast, enableAutoPipelining: true });
@@ -71,8 +76,13 @@ export function createConnections(url: string, opts: ConnectionOptions): Connect
     schedulerReads: pick("scheduler-reads", patient),
     workers: pick("workers", patient),
     subscriber: (name) => open(name, patient),
+    blocking(name) {
+      const c = open(name, patient);
+      c.once("end", () => opened.delete(c));
+      return c;
+    },
     closeAll() {
-      closing ??= Promise.all(opened.map((c) => c.quit().catch(() => c.disconnect()))).then(() => {});
+      closing ??= Promise.all([...opened].map((c) => c.quit().catch(() => c.disconnect()))).then(() => {});
       return closing;
     },
   };

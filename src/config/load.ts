@@ -59,6 +59,11 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
       ingressEventsPerSecond: e.INGRESS_EVENTS_PER_SECOND_PER_USER,
       ingressBurstEvents: e.INGRESS_BURST_EVENTS_PER_USER,
     }),
+    liveTail: Object.freeze({
+      tokenTtlSeconds: e.SSE_TOKEN_TTL_SECONDS,
+      heartbeatSeconds: e.SSE_HEARTBEAT_SECONDS,
+      maxStreamsPerUser: e.SSE_MAX_STREAMS_PER_USER,
+    }),
     componentFetchMaxBytes: e.COMPONENT_FETCH_MAX_BYTES,
     componentFetchTimeoutMs: e.COMPONENT_FETCH_TIMEOUT_MS,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,

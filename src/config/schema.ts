@@ -139,6 +139,12 @@ export const envSchema = z.object({
   INGRESS_EVENTS_PER_SECOND_PER_USER: int(0, 1_000_000_000).default(1000),
   /** Events one user may send at once before the per-second rate applies; larger requests are a 413. */
   INGRESS_BURST_EVENTS_PER_USER: int(1, 1_000_000_000).default(5000),
+  /** Live tail (SPEC §9): how long a browser token from POST /v1/sources/{id}/sse_tokens is valid. */
+  SSE_TOKEN_TTL_SECONDS: int(10, 7 * 24 * 3600).default(3600),
+  /** Live tail: a `:sse-handshake` comment line on every open stream this often. */
+  SSE_HEARTBEAT_SECONDS: int(1, 3600).default(15),
+  /** Live tail: open streams per user across every process, then 429; 0 = unlimited. */
+  SSE_MAX_STREAMS_PER_USER: int(0, 100_000).default(20),
   /** Largest component fetched from component_url. */
   COMPONENT_FETCH_MAX_BYTES: int(1024, 16 * 1024 * 1024).default(512 * 1024),
   /** Time limit to fetch a component_url. */
@@ -183,6 +189,7 @@ export interface Config {
   readonly sourceHttpRatePerSecond: number;
   /** Per-user limits; 0 = unlimited. */
   readonly limits: UserLimits;
+  readonly liveTail: { readonly tokenTtlSeconds: number; readonly heartbeatSeconds: number; readonly maxStreamsPerUser: number };
   readonly componentFetchMaxBytes: number;
   readonly componentFetchTimeoutMs: number;
   readonly shutdownTimeoutMs: number;

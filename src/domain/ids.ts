@@ -87,3 +87,12 @@ export function deliveryIdFor(e: EventRef, listenerId: string): string {
 export function sourceRunIdFor(e: EventRef, listenerId: string): string {
   return `run_${eventListenerHash(e, listenerId)}`;
 }
+
+/** Orders two event ids (`<ms>-<seq>`, leading zeros allowed) as Redis orders stream ids: <0, 0 or >0. */
+export function compareEventIds(a: string, b: string): number {
+  const [am = "0", as = "0"] = a.split("-");
+  const [bm = "0", bs = "0"] = b.split("-");
+  const ms = BigInt(am) - BigInt(bm);
+  const d = ms !== 0n ? ms : BigInt(as) - BigInt(bs);
+  return d < 0n ? -1 : d > 0n ? 1 : 0;
+}

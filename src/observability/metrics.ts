@@ -89,6 +89,22 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
       buckets: LATENCY_BUCKETS,
       registers,
     }),
+    liveTailStreams: new Gauge({
+      name: "tributary_sse_streams",
+      help: "Live-tail (server-sent events) streams open on this process",
+      registers,
+    }),
+    liveTailEvents: new Counter({
+      name: "tributary_sse_events_sent_total",
+      help: "Events written to live-tail streams (one per stream an event reaches)",
+      registers,
+    }),
+    liveTailEnded: new Counter({
+      name: "tributary_sse_streams_ended_total",
+      help: "Live-tail streams ended by the daemon, by reason (slow_reader, emitter_deleted, shutdown)",
+      labelNames: ["reason"] as const,
+      registers,
+    }),
   };
 }
 

@@ -189,6 +189,11 @@ export class EventStore {
   }
 }
 
+/** The item `event_summaries?expand=event` returns for a stream entry, as JSON (the live tail's data line). */
+export function expandedSummaryJson(id: string, fields: string[], emitterId: string, channel: string): string {
+  return JSON.stringify(toSummary(id, fields, emitterId, normalizeChannel(channel), true));
+}
+
 function toSummary(id: string, fields: string[], emitterId: string, channel: string, expand: boolean): EventSummary {
   const raw = fields[1] ?? "null";
   let stored: StoredSummary;

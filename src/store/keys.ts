@@ -42,6 +42,8 @@ export function createKeys(prefix: string) {
     usernames: () => `${g}:usernames`,
     /** hash: HTTP endpoint token -> "<user id> <source id>" */
     endpoints: () => `${g}:endpoints`,
+    /** string: "<user id> <source id>" of a live-tail browser token, by sha256(token); expires with it */
+    tailToken: (tokenHash: string) => `${g}:sse-token:${tokenHash}`,
     /** hash: id -> user id, for ids reached without a user (deliveries retried by admin, etc.) */
     owners: () => `${g}:owners`,
 
@@ -91,6 +93,9 @@ export function createKeys(prefix: string) {
       `${u(userId)}:events:${emitterId}:c:${encodeURIComponent(normalizeChannel(channel))}`,
     /** set: channels (normalized, raw) that have an event stream for an emitter, for deletion */
     eventChannels: (userId: string, emitterId: string) => `${u(userId)}:events:${emitterId}:channels-set`,
+
+    /** zset: the user's open live-tail streams (any process) by the time their process last vouched for them */
+    tailStreams: (userId: string) => `${u(userId)}:sse:streams`,
 
     /** zset: delivery ids of a webhook by creation time (attempt log) */
     deliveries: (userId: string, webhookId: string) => `${u(userId)}:deliveries:${webhookId}`,

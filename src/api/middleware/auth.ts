@@ -6,7 +6,7 @@ export interface Authenticator {
   authenticate(apiKey: string): Promise<string | undefined>;
 }
 
-function bearer(ctx: Context): string | undefined {
+export function bearer(ctx: Context): string | undefined {
   const header = ctx.get("authorization");
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
   return m?.[1];
