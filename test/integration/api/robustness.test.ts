@@ -442,6 +442,12 @@ const ROUTES: {
   },
   { name: "/v1/workflows/:id/event_summaries", methods: ["GET"], path: (s) => `/v1/workflows/${s[0]}/event_summaries` },
   { name: "/v1/workflows/:id/$errors/event_summaries", methods: ["GET"], path: (s) => `/v1/workflows/${s[0]}/$errors/event_summaries` },
+  { name: "/v1/sources/:id/sse", methods: ["GET"], path: (s) => `/v1/sources/${s[0]}/sse` },
+  { name: "/v1/workflows/:id/sse", methods: ["GET"], path: (s) => `/v1/workflows/${s[0]}/sse` },
+  { name: "/sources/:id/sse", methods: ["GET"], path: (s) => `/sources/${s[0]}/sse` },
+  { name: "/sse/dc/:id/emits", methods: ["GET"], path: (s) => `/sse/dc/${s[0]}/emits` },
+  { name: "/sse/dc/:id/observations", methods: ["GET"], path: (s) => `/sse/dc/${s[0]}/observations` },
+  { name: "/v1/sources/:id/sse_tokens", methods: ["POST"], path: (s) => `/v1/sources/${s[0]}/sse_tokens` },
   { name: "/admin/users", methods: ["GET", "POST"], admin: true, path: () => "/admin/users" },
   { name: "/admin/users/:id", methods: ["DELETE"], admin: true, path: (s) => `/admin/users/${s[0]}` },
   { name: "/admin/users/:id/api_key", methods: ["POST"], admin: true, path: (s) => `/admin/users/${s[0]}/api_key` },
@@ -740,8 +746,13 @@ async function sendFuzz(
       init.duplex = "half";
     } else init.body = req.body.data as RequestInit["body"];
   }
+  const ac = new AbortController();
+  init.signal = ac.signal;
   const res = await fetch(`${td.url}${req.path}${qs ? `${req.path.includes("?") ? "&" : "?"}${qs}` : ""}`, init);
-  const text = await res.text();
+  // A live-tail stream that opened never ends by itself: its head is the answer.
+  const streaming = res.status === 200 && (res.headers.get("content-type") ?? "").startsWith("text/event-stream");
+  if (streaming) ac.abort();
+  const text = streaming ? "" : await res.text();
   let body: Json;
   try {
     body = text ? JSON.parse(text) : undefined;
