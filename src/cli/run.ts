@@ -19,7 +19,7 @@ const USAGE = `usage: tributary <command>
   users delete USER_ID                                            removes the user and all their data, as the admin API does
                                                                   (sources' deactivate hooks run here; timers stop)
   healthcheck [--url URL]                                         exits 0 when URL/readyz answers 200 within 2 s, else 1
-                                                                  with one line on stderr (default URL: http://127.0.0.1:$PORT)
+                                                                  with one line on stderr (default: http://127.0.0.1:$OPS_PORT or $PORT)
 
 The users commands read REDIS_URL (or the embedded Redis of a daemon started from this folder) and REDIS_KEY_PREFIX.`;
 
@@ -115,13 +115,15 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
 
 /**
  * `tributary healthcheck` (SPEC §11), the container's HEALTHCHECK: no Redis, no core, one request.
- * The configuration is read only when no --url is given, for the daemon's own address.
+ * The configuration is read only when no --url is given, for the daemon's own address
+ * (OPS_PORT when set, else PORT).
  */
 async function healthcheck(url: string | undefined, env: NodeJS.ProcessEnv, io: CliIo): Promise<number> {
   let base = url;
   if (base === undefined) {
     const config = loadConfig(env);
-    base = defaultHealthUrl(config.host, config.port);
+    // The ops listener when there is one: processes without the api role serve only that.
+    base = defaultHealthUrl(config.host, config.opsPort ?? config.port);
   }
   const verdict = await checkReadiness(base, HEALTHCHECK_TIMEOUT_MS);
   if (verdict.ok) return 0;
