@@ -4,6 +4,7 @@ import { createConnections } from "./app/connections.js";
 import { createCore } from "./app/core.js";
 import { createDeliveryFeature } from "./app/delivery-feature.js";
 import { createOpsFeature } from "./app/ops-feature.js";
+import { processReadiness } from "./app/readiness.js";
 import { Shutdown } from "./app/shutdown.js";
 import type { Config } from "./config/schema.js";
 import type { Logger } from "./observability/logger.js";
@@ -52,14 +53,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     monitor.start();
     shutdown.on("workers", "queue monitor", () => monitor.close());
 
-    const redis = conns.commands;
-    const ready = async () =>
-      redis.status === "ready" &&
-      (await redis.ping()) === "PONG" &&
-      core.runtime.running() &&
-      (delivery === undefined || delivery.running()) &&
-      // Creating components needs the compiler; one that cannot build a trivial component is not ready.
-      (await core.analyzer.healthy());
+    const ready = processReadiness({ redis: conns.commands, runtime: core.runtime, delivery, analyzer: core.analyzer });
+    core.metrics.observeReadiness(ready);
     const api = roles.has("api") ? createApiFeature(core, conns, shutdown, ready) : undefined;
     const port = (await api?.start()) ?? config.port;
     if (api) logger.info({ port, host: config.host, roles: [...roles] }, "tributary listening");

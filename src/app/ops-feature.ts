@@ -4,15 +4,9 @@ import type { Registry } from "prom-client";
 import type { Core } from "./core.js";
 import type { Shutdown } from "./shutdown.js";
 
-/**
- * /readyz answers within this even while Redis stalls, as the api role's does (api/app.ts): probes
- * and `tributary healthcheck` give up after 2 s.
- */
-const READY_DEADLINE_MS = 1500;
-
 interface OpsDeps {
   readonly registry: Registry;
-  /** Readiness of the whole process: Redis answers and this process's roles run. */
+  /** Readiness of the whole process, bounded (app/readiness.ts): never throws, answers within 1.5 s. */
   readonly ready: () => Promise<boolean>;
 }
 
@@ -59,11 +53,7 @@ async function handle(deps: OpsDeps, req: IncomingMessage, res: ServerResponse):
       case "/healthz":
         return json(res, 200, { status: "ok" });
       case "/readyz": {
-        const ok = await withDeadline(
-          deps.ready().catch(() => false),
-          READY_DEADLINE_MS,
-          false,
-        );
+        const ok = await deps.ready();
         return json(res, ok ? 200 : 503, ok ? { status: "ready" } : { error: "not ready", code: "not_ready" });
       }
       default: {
@@ -83,17 +73,4 @@ function json(res: ServerResponse, status: number, body: unknown): void {
   if (res.headersSent) return;
   res.writeHead(status, { "content-type": "application/json; charset=utf-8" });
   res.end(JSON.stringify(body));
-}
-
-/** `p`, or `fallback` once `ms` have passed without it. */
-async function withDeadline<T>(p: Promise<T>, ms: number, fallback: T): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<T>((resolve) => {
-    timer = setTimeout(() => resolve(fallback), ms);
-  });
-  try {
-    return await Promise.race([p, late]);
-  } finally {
-    clearTimeout(timer);
-  }
 }

@@ -47,6 +47,7 @@ describe("the ops listener of a worker-only process", () => {
       { timeoutMs: 20_000, what: "queue samples on /metrics" },
     );
     expect(text).toContain("# TYPE tributary_deliveries_total counter");
+    expect(text).toMatch(/^tributary_ready 1$/m);
     expect(text).toContain("process_cpu_user_seconds_total");
   });
 
