@@ -3,6 +3,8 @@ import { createApiFeature } from "./app/api-feature.js";
 import { createConnections } from "./app/connections.js";
 import { createCore } from "./app/core.js";
 import { createDeliveryFeature } from "./app/delivery-feature.js";
+import { createOpsFeature } from "./app/ops-feature.js";
+import { processReadiness } from "./app/readiness.js";
 import { Shutdown } from "./app/shutdown.js";
 import type { Config } from "./config/schema.js";
 import type { Logger } from "./observability/logger.js";
@@ -14,6 +16,8 @@ export interface Daemon {
   readonly server: Server | undefined;
   /** The bound port (useful with PORT=0). */
   readonly port: number;
+  /** The ops listener's bound port; undefined without OPS_PORT. */
+  readonly opsPort: number | undefined;
   readonly users: UserStore;
   /** Shuts down in the written order; idempotent. */
   close(): Promise<void>;
@@ -49,18 +53,14 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     monitor.start();
     shutdown.on("workers", "queue monitor", () => monitor.close());
 
-    const redis = conns.commands;
-    const ready = async () =>
-      redis.status === "ready" &&
-      (await redis.ping()) === "PONG" &&
-      core.runtime.running() &&
-      (delivery === undefined || delivery.running()) &&
-      // Creating components needs the compiler; one that cannot build a trivial component is not ready.
-      (await core.analyzer.healthy());
+    const ready = processReadiness({ redis: conns.commands, runtime: core.runtime, delivery, analyzer: core.analyzer });
+    core.metrics.observeReadiness(ready);
     const api = roles.has("api") ? createApiFeature(core, conns, shutdown, ready) : undefined;
     const port = (await api?.start()) ?? config.port;
     if (api) logger.info({ port, host: config.host, roles: [...roles] }, "tributary listening");
-    return { server: api?.server(), port, users: core.stores.users, close: () => shutdown.run() };
+    // Probes and scrapes of processes without the api role (OPS_PORT); after the roles started.
+    const opsPort = config.opsPort === undefined ? undefined : await createOpsFeature(core, shutdown, ready).start(config.opsPort);
+    return { server: api?.server(), port, opsPort, users: core.stores.users, close: () => shutdown.run() };
   } catch (err) {
     await shutdown.run();
     throw err;

@@ -10,15 +10,18 @@ import { AppError } from "../domain/errors.js";
 import { projectRoot } from "../paths.js";
 import { embeddedUrlFile } from "../redis/embedded.js";
 import { parseNewUser } from "../services/users.js";
+import { checkReadiness, defaultHealthUrl, HEALTHCHECK_TIMEOUT_MS } from "./healthcheck.js";
 
-const USAGE = `usage: tributary users <command>
+const USAGE = `usage: tributary <command>
   users create --username NAME --email EMAIL [--plan free|paid]   prints the new user and its API key
   users list                                                      lists users
   users rotate-key USER_ID                                        issues a new key; the old one stops working
   users delete USER_ID                                            removes the user and all their data, as the admin API does
                                                                   (sources' deactivate hooks run here; timers stop)
+  healthcheck [--url URL]                                         exits 0 when URL/readyz answers 200 within 2 s, else 1
+                                                                  with one line on stderr (default: http://127.0.0.1:$OPS_PORT or $PORT)
 
-Reads REDIS_URL (or the embedded Redis of a daemon started from this folder) and REDIS_KEY_PREFIX.`;
+The users commands read REDIS_URL (or the embedded Redis of a daemon started from this folder) and REDIS_KEY_PREFIX.`;
 
 export interface CliIo {
   stdout(text: string): void;
@@ -48,9 +51,16 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
-    options: { username: { type: "string" }, email: { type: "string" }, plan: { type: "string" }, help: { type: "boolean", short: "h" } },
+    options: {
+      username: { type: "string" },
+      email: { type: "string" },
+      plan: { type: "string" },
+      url: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
   });
   const [group, command, arg] = positionals;
+  if (group === "healthcheck" && !values.help) return healthcheck(values.url, env, io);
   if (values.help || group !== "users" || !command) {
     io.stdout(`${USAGE}\n`);
     return values.help ? 0 : 2;
@@ -101,6 +111,24 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
   } finally {
     await shutdown.run();
   }
+}
+
+/**
+ * `tributary healthcheck` (SPEC §11), the container's HEALTHCHECK: no Redis, no core, one request.
+ * The configuration is read only when no --url is given, for the daemon's own address
+ * (OPS_PORT when set, else PORT).
+ */
+async function healthcheck(url: string | undefined, env: NodeJS.ProcessEnv, io: CliIo): Promise<number> {
+  let base = url;
+  if (base === undefined) {
+    const config = loadConfig(env);
+    // The ops listener when there is one: processes without the api role serve only that.
+    base = defaultHealthUrl(config.host, config.opsPort ?? config.port);
+  }
+  const verdict = await checkReadiness(base, HEALTHCHECK_TIMEOUT_MS);
+  if (verdict.ok) return 0;
+  io.stderr(`tributary healthcheck: ${verdict.reason}\n`);
+  return 1;
 }
 
 function required(id: string | undefined): string {

@@ -24,6 +24,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
   return Object.freeze({
     port: e.PORT,
     host: e.HOST,
+    opsPort: e.OPS_PORT,
     redisUrl: e.REDIS_URL,
     keyPrefix: e.REDIS_KEY_PREFIX,
     redisCommandTimeoutMs: e.REDIS_COMMAND_TIMEOUT_MS,

@@ -30,6 +30,11 @@ export const envSchema = z.object({
   PORT: int(0, 65535).default(3000),
   /** Interface the HTTP server binds. */
   HOST: z.string().min(1).default("0.0.0.0"),
+  /**
+   * Port of a second listener (on HOST) serving only /healthz, /readyz and /metrics; unset = none.
+   * It gives processes without the api role (which serve no other HTTP) probes and a scrape target.
+   */
+  OPS_PORT: int(0, 65535).optional(),
   /** Redis to use; unset = start an embedded redis-server from PATH. */
   REDIS_URL: z
     .string()
@@ -164,6 +169,7 @@ export type Env = z.infer<typeof envSchema>;
 export interface Config {
   readonly port: number;
   readonly host: string;
+  readonly opsPort: number | undefined;
   readonly redisUrl: string | undefined;
   readonly keyPrefix: string;
   readonly redisCommandTimeoutMs: number;

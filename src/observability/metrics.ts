@@ -11,8 +11,22 @@ const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 export function createMetrics(registry: Registry, opts: { defaultMetrics?: boolean } = {}) {
   if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: registry });
   const registers = [registry];
+  let readiness: (() => Promise<boolean>) | undefined;
   return {
     registry,
+    /** Wires `tributary_ready` to the process's readiness check (bounded, never throws; daemon.ts). */
+    observeReadiness(probe: () => Promise<boolean>): void {
+      readiness = probe;
+    },
+    ready: new Gauge({
+      name: "tributary_ready",
+      help: "1 while this process is ready (what makes /readyz answer 200: Redis answers, its roles run), else 0; checked at each scrape",
+      registers,
+      async collect() {
+        // Until wired (the CLI never is), the gauge keeps its initial 0.
+        if (readiness) this.set((await readiness().catch(() => false)) ? 1 : 0);
+      },
+    }),
     httpRequestDuration: new Histogram({
       name: "tributary_http_request_duration_seconds",
       help: "HTTP request duration by route template, method (GET, POST... or other) and status class (2xx, 4xx...)",
@@ -72,7 +86,7 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
     }),
     sourceRuns: new Counter({
       name: "tributary_source_runs_total",
-      help: "Source runs by trigger (http, timer, event, hook) and outcome (ok, error, timeout, skipped_quota)",
+      help: "Source runs by trigger (http, timer, event, hook) and outcome (ok, error, timeout, sandbox_error, skipped_quota, skipped_hops)",
       labelNames: ["trigger", "outcome"] as const,
       registers,
     }),

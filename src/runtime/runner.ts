@@ -52,6 +52,21 @@ export interface RunnerDeps {
  * their channels, console output on $logs, a thrown error or a time-out on $errors; then saves
  * its db state and counts the run against the user's quota.
  */
+/**
+ * Error codes of runs the sandbox failed rather than the component: isolated-vm or V8 lost control
+ * (SANDBOX_ERROR, also a sandbox process that could not start) or the sandbox process ended under
+ * the run (SANDBOX_CRASHED). Counted apart (`sandbox_error`), so the operator's alert is not about
+ * users' code.
+ */
+const SANDBOX_FAILURES = new Set(["SANDBOX_ERROR", "SANDBOX_CRASHED"]);
+
+/** A finished run's `tributary_source_runs_total` outcome, from its error code (none: ok). */
+export function runOutcome(errorCode: string | undefined): "ok" | "timeout" | "sandbox_error" | "error" {
+  if (errorCode === undefined) return "ok";
+  if (errorCode === "TIMEOUT") return "timeout";
+  return SANDBOX_FAILURES.has(errorCode) ? "sandbox_error" : "error";
+}
+
 export class SourceRunner {
   private readonly dedupe: DedupeStateStore;
 
@@ -86,8 +101,7 @@ export class SourceRunner {
     const result = await this.execute(source, component, "run", spec.event, spec.onRespond);
     await d.quotas.record(spec.userId, quota.plan, result.durationMs);
     await this.apply(source, component, result, spec.event, hops);
-    const outcome = result.error ? (result.error.code === "TIMEOUT" ? "timeout" : "error") : "ok";
-    d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome });
+    d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome: runOutcome(result.error?.code) });
     d.metrics.sandboxRunDuration.observe({ trigger: spec.trigger }, result.durationMs / 1000);
     return { status: result.error ? "error" : "ok", result };
   }

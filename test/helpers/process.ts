@@ -115,11 +115,11 @@ export function spawnDaemon(name: string, env: Record<string, string>): DaemonCh
 
 /**
  * Runs a TypeScript file of this project in its own Node process (`node --no-node-snapshot
- * --import tsx <script>`), so that a crash there (a signal) shows as the child's exit status
+ * --import tsx <script> ...args`), so that a crash there (a signal) shows as the child's exit status
  * instead of taking the test worker down.
  */
-export function spawnScript(name: string, script: string, env: Record<string, string>): Child {
-  const child = spawn(process.execPath, ["--no-node-snapshot", "--import", "tsx", script], {
+export function spawnScript(name: string, script: string, env: Record<string, string>, args: readonly string[] = []): Child {
+  const child = spawn(process.execPath, ["--no-node-snapshot", "--import", "tsx", script, ...args], {
     cwd: PROJECT_ROOT,
     env: { ...baseEnv(), ...env },
     stdio: ["ignore", "pipe", "pipe"],

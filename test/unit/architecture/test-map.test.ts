@@ -5,7 +5,8 @@ import { describe, expect, it } from "vitest";
 /**
  * Tests are a map of src/: every folder of src/ has a test folder of the same path under
  * test/unit/ or test/integration/ holding at least one test file. (Cross-layer suites such as
- * test/integration/durability/ are extra folders; test/helpers/ is the shared harness.)
+ * test/integration/durability/ are extra folders; test/helpers/ is the shared harness.) The
+ * deployment kit, deploy/, is tested under test/unit/deploy/ or test/integration/deploy/.
  */
 const ROOT = join(import.meta.dirname, "../../..");
 const SRC = join(ROOT, "src");
@@ -33,6 +34,12 @@ describe("the test map", () => {
     const all = folders(SRC);
     expect(all.length).toBeGreaterThan(10);
     expect(untested(all)).toEqual([]);
+  });
+
+  it("gives deploy/ a test folder", () => {
+    const deployTests = ["unit", "integration"].map((kind) => join(ROOT, "test", kind, "deploy"));
+    expect(existsSync(join(ROOT, "deploy"))).toBe(true);
+    expect(deployTests.some(hasTests)).toBe(true);
   });
 
   it("names a folder that has none", () => {

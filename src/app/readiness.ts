@@ -1,0 +1,52 @@
+import type { Redis } from "ioredis";
+
+/**
+ * How long a readiness check may take: /readyz must answer while Redis stalls (a stalled Redis is
+ * not ready), because probes and `tributary healthcheck` give up after 2 s and an answer that
+ * never comes tells them less than a 503. The api role's /readyz applies the same bound.
+ */
+export const READY_DEADLINE_MS = 1500;
+
+/**
+ * `probe` made safe to call from anywhere (the ops listener, the `tributary_ready` gauge at scrape
+ * time): it never throws (an error is "not ready") and answers false once `deadlineMs` have passed.
+ */
+export function boundedReadiness(probe: () => Promise<boolean>, deadlineMs = READY_DEADLINE_MS): () => Promise<boolean> {
+  return async () => {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), deadlineMs);
+    });
+    try {
+      return await Promise.race([probe().catch(() => false), late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+}
+
+/** What a process's readiness is made of. */
+export interface ReadinessParts {
+  /** The command connection (its connection-level PING). */
+  readonly redis: Redis;
+  readonly runtime: { running(): boolean };
+  /** The worker role's delivery feature, when this process runs it. */
+  readonly delivery: { running(): boolean } | undefined;
+  readonly analyzer: { healthy(): Promise<boolean> };
+}
+
+/**
+ * The process's readiness, bounded: Redis answers, its roles run, and the component compiler can
+ * build a trivial component (creating components needs it). /readyz (api role and ops listener)
+ * and the `tributary_ready` gauge all read this one check.
+ */
+export function processReadiness(p: ReadinessParts): () => Promise<boolean> {
+  return boundedReadiness(
+    async () =>
+      p.redis.status === "ready" &&
+      (await p.redis.ping()) === "PONG" &&
+      p.runtime.running() &&
+      (p.delivery === undefined || p.delivery.running()) &&
+      (await p.analyzer.healthy()),
+  );
+}

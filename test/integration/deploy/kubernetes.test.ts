@@ -1,0 +1,199 @@
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { parseAllDocuments } from "yaml";
+import { loadConfig } from "../../../src/config/load.js";
+import { envSchema } from "../../../src/config/schema.js";
+import { type K8sObject, kubectlKustomize, loadManifests, resolveKustomization, uncomment } from "../../helpers/kustomize.js";
+
+/**
+ * deploy/kubernetes (SPEC §11), resolved the way `kubectl apply -k` would (test/helpers/kustomize.ts,
+ * and kubectl itself when installed): api, worker and scheduler Deployments whose whole environment
+ * is a valid configuration of the daemon with one role each, probes on /healthz and /readyz at the
+ * port the process serves them on, a Service and PodDisruptionBudget that select the api pods.
+ */
+
+const DIR = path.resolve(import.meta.dirname, "../../../deploy/kubernetes");
+const objects = resolveKustomization(DIR);
+const KNOWN_ENV = new Set(Object.keys(envSchema.shape));
+
+const ofKind = (kind: string) => objects.filter((o) => o.kind === kind);
+const byName = (kind: string, name: string) => objects.find((o) => o.kind === kind && o.metadata.name === name);
+const matches = (selector: Record<string, string>, labels: Record<string, string> | undefined) =>
+  Object.keys(selector).length > 0 && Object.entries(selector).every(([k, v]) => labels?.[k] === v);
+
+interface Container {
+  name: string;
+  env?: { name: string; value?: string; valueFrom?: unknown }[];
+  envFrom?: { configMapRef?: { name: string }; secretRef?: { name: string } }[];
+  ports?: { name?: string; containerPort: number }[];
+  livenessProbe?: { httpGet?: { path: string; port: string | number } };
+  readinessProbe?: { httpGet?: { path: string; port: string | number } };
+}
+const containerOf = (d: K8sObject) => (d.spec.template.spec.containers as Container[])[0]!;
+
+/** The environment a container's process sees: envFrom (ConfigMaps, Secrets), then env. */
+function environmentOf(c: Container): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const from of c.envFrom ?? []) {
+    const source = from.configMapRef ? byName("ConfigMap", from.configMapRef.name) : byName("Secret", from.secretRef?.name ?? "");
+    if (!source) throw new Error(`${c.name}: envFrom names a missing object ${JSON.stringify(from)}`);
+    Object.assign(env, source.data ?? {}, source.stringData ?? {});
+  }
+  for (const e of c.env ?? []) {
+    if (e.value === undefined) throw new Error(`${c.name}: ${e.name} has no literal value`);
+    env[e.name] = e.value;
+  }
+  return env;
+}
+
+/** A probe's or Service's port (a number or a container port's name) as a number. */
+function portNumber(c: Container, port: string | number): number | undefined {
+  return typeof port === "number" ? port : c.ports?.find((p) => p.name === port)?.containerPort;
+}
+
+const deployments = ofKind("Deployment");
+
+describe("deploy/kubernetes", () => {
+  it("resolves to the expected objects", () => {
+    for (const o of objects) {
+      expect(o.apiVersion, JSON.stringify(o.metadata)).toBeTruthy();
+      expect(o.metadata?.name, o.kind).toBeTruthy();
+    }
+    expect(new Set(objects.map((o) => o.kind))).toEqual(new Set(["ConfigMap", "Secret", "Deployment", "Service", "PodDisruptionBudget"]));
+    expect(deployments.map((d) => d.metadata.name).sort()).toEqual(["tributary-api", "tributary-scheduler", "tributary-worker"]);
+  });
+
+  it("gives each Deployment one role, all three together, in a configuration the daemon accepts", () => {
+    const roles = deployments.map((d) => {
+      const env = environmentOf(containerOf(d));
+      expect(env.ROLES, d.metadata.name).toBeDefined();
+      const config = loadConfig(env); // throws ConfigError naming an invalid setting
+      expect(config.roles, d.metadata.name).toHaveLength(1);
+      expect(d.metadata.name).toBe(`tributary-${config.roles[0]}`);
+      expect(config.redisUrl, `${d.metadata.name}: an external Redis, never the embedded one`).toBeDefined();
+      return config.roles[0];
+    });
+    expect(roles.sort()).toEqual(["api", "scheduler", "worker"]);
+  });
+
+  it("sets only environment variables the daemon knows", () => {
+    const names = [
+      ...deployments.flatMap((d) => Object.keys(environmentOf(containerOf(d)))),
+      ...ofKind("ConfigMap").flatMap((o) => Object.keys(o.data ?? {})),
+      ...ofKind("Secret").flatMap((o) => [...Object.keys(o.data ?? {}), ...Object.keys(o.stringData ?? {})]),
+    ];
+    expect(names.filter((n) => !KNOWN_ENV.has(n))).toEqual([]);
+  });
+
+  it("probes /healthz (liveness) and /readyz (readiness) on the port the process serves them on, and is scraped there", () => {
+    for (const d of deployments) {
+      const c = containerOf(d);
+      const config = loadConfig(environmentOf(c));
+      // The api role serves them on PORT; other roles only on the ops listener (OPS_PORT).
+      const opsPort = config.roles.includes("api") ? config.port : config.opsPort;
+      expect(opsPort, `${d.metadata.name} serves no HTTP`).toBeDefined();
+      expect(c.livenessProbe?.httpGet?.path, d.metadata.name).toBe("/healthz");
+      expect(c.readinessProbe?.httpGet?.path, d.metadata.name).toBe("/readyz");
+      expect(portNumber(c, c.livenessProbe?.httpGet?.port ?? -1), d.metadata.name).toBe(opsPort);
+      expect(portNumber(c, c.readinessProbe?.httpGet?.port ?? -1), d.metadata.name).toBe(opsPort);
+      const annotations = d.spec.template.metadata.annotations ?? {};
+      expect(annotations["prometheus.io/port"], d.metadata.name).toBe(String(opsPort));
+    }
+  });
+
+  it("selects each Deployment's own pods, and only the api pods from the Service and a PodDisruptionBudget", () => {
+    const podLabels = (name: string) => byName("Deployment", name)?.spec.template.metadata.labels as Record<string, string>;
+    for (const d of deployments) {
+      expect(matches(d.spec.selector.matchLabels, d.spec.template.metadata.labels), d.metadata.name).toBe(true);
+      for (const other of deployments.filter((o) => o !== d))
+        expect(
+          matches(d.spec.selector.matchLabels, podLabels(other.metadata.name)),
+          `${d.metadata.name} selects ${other.metadata.name}`,
+        ).toBe(false);
+    }
+    const [service] = ofKind("Service");
+    expect(ofKind("Service")).toHaveLength(1);
+    const selected = (selector: Record<string, string>) =>
+      deployments.filter((d) => matches(selector, podLabels(d.metadata.name))).map((d) => d.metadata.name);
+    expect(selected(service!.spec.selector)).toEqual(["tributary-api"]);
+    const api = containerOf(byName("Deployment", "tributary-api")!);
+    for (const p of service!.spec.ports as { targetPort: string | number }[])
+      expect(portNumber(api, p.targetPort)).toBe(loadConfig(environmentOf(api)).port);
+    const pdbs = ofKind("PodDisruptionBudget").map((p) => selected(p.spec.selector.matchLabels));
+    expect(pdbs).toContainEqual(["tributary-api"]);
+  });
+
+  it("builds with kubectl kustomize to the same objects, when kubectl is installed", () => {
+    const built = kubectlKustomize(DIR);
+    if (!built) return; // No kubectl here: the resolver above is the check.
+    expect(built.status, built.output).toBe(0);
+    const fromKubectl = parseAllDocuments(built.output).map((d) => d.toJS() as K8sObject);
+    const ids = (list: K8sObject[]) => list.map((o) => `${o.kind}/${o.metadata.name}`).sort();
+    expect(ids(fromKubectl)).toEqual(ids(objects));
+  });
+});
+
+/**
+ * SPEC §8's settings of the other Redis shapes, which the overlays set. The daemon does not read
+ * them yet, so the overlays are commented out; the day the schema knows them, this test fails:
+ * activate the overlays (deploy/kubernetes/overlays/README.md) and empty this list.
+ */
+const NOT_YET_IN_SCHEMA = [
+  "REDIS_SENTINELS",
+  "REDIS_SENTINEL_NAME",
+  "REDIS_CLUSTER_NODES",
+  "REDIS_PASSWORD",
+  "REDIS_USERNAME",
+  "REDIS_MIN_REPLICAS_ACK",
+];
+
+describe("deploy/kubernetes/overlays (Redis Sentinel, Redis Cluster)", () => {
+  const OVERLAYS = path.join(DIR, "overlays");
+  const overlays = readdirSync(OVERLAYS, { withFileTypes: true })
+    .filter((e) => e.isDirectory())
+    .map((e) => e.name);
+  const scratch = mkdtempSync(path.join(tmpdir(), "tributary-k8s-"));
+  afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+  it("are still commented out, because the daemon does not read their settings yet", () => {
+    expect(NOT_YET_IN_SCHEMA.filter((n) => KNOWN_ENV.has(n))).toEqual([]);
+    expect(overlays.sort()).toEqual(["redis-cluster", "redis-sentinel"]);
+    for (const o of overlays)
+      for (const f of readdirSync(path.join(OVERLAYS, o)))
+        for (const line of readFileSync(path.join(OVERLAYS, o, f), "utf8").split("\n"))
+          expect(line === "" || line.startsWith("#"), `${o}/${f}: ${line}`).toBe(true);
+  });
+
+  it("once uncommented, replace REDIS_URL by SPEC §8's settings and build on the base", () => {
+    // Uncommented copies of the base and the overlays, in the same layout.
+    cpSync(DIR, path.join(scratch, "kubernetes"), { recursive: true });
+    const expected: Record<string, string[]> = {
+      "redis-sentinel": ["REDIS_SENTINELS", "REDIS_SENTINEL_NAME"],
+      "redis-cluster": ["REDIS_CLUSTER_NODES"],
+    };
+    for (const o of overlays) {
+      const dir = path.join(scratch, "kubernetes", "overlays", o);
+      for (const f of readdirSync(dir)) writeFileSync(path.join(dir, f), uncomment(readFileSync(path.join(dir, f), "utf8")));
+      const [secret] = loadManifests(path.join(dir, "secret.yaml"));
+      expect(secret?.kind).toBe("Secret");
+      expect(secret?.metadata.name).toBe("tributary-secrets");
+      const set = Object.entries(secret?.stringData ?? {});
+      // REDIS_URL is deleted (null): two shapes at once are a start-up error.
+      expect(set.filter(([, v]) => v === null).map(([k]) => k)).toEqual(["REDIS_URL"]);
+      const names = set.filter(([, v]) => v !== null).map(([k]) => k);
+      expect(names).toEqual(expect.arrayContaining(expected[o]!));
+      expect(names.filter((n) => !KNOWN_ENV.has(n) && !NOT_YET_IN_SCHEMA.includes(n))).toEqual([]);
+      const built = kubectlKustomize(dir);
+      if (built) {
+        expect(built.status, built.output).toBe(0);
+        const built_secret = parseAllDocuments(built.output)
+          .map((d) => d.toJS() as K8sObject)
+          .find((x) => x.kind === "Secret");
+        expect(Object.keys(built_secret?.stringData ?? {})).not.toContain("REDIS_URL");
+        expect(Object.keys(built_secret?.stringData ?? {})).toEqual(expect.arrayContaining(expected[o]!));
+      }
+    }
+  });
+});
