@@ -11,11 +11,5 @@ export function eventFrame(id: string, json: string): string {
 /** The comment sent every heartbeat interval: keeps proxies from closing an idle stream. */
 export const HEARTBEAT_FRAME = ":sse-handshake\n\n";
 
-/** Asks clients to wait this long before reconnecting after the stream ends. */
-export const RETRY_FRAME = "retry: 1000\n\n";
-
 /** A slow reader this many events behind is disconnected (it can resume with Last-Event-ID). */
 export const MAX_EVENTS_BEHIND = 1000;
-
-/** The channel a live-tail URL form streams (`observations` is the source's `$logs`). */
-export type TailForm = "emits" | "observations";

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { decodeCursor, encodeCursor } from "../../../src/domain/cursors.js";
-import { hasIdShape, isEventId, isWorkflowId, newId, randomBase62 } from "../../../src/domain/ids.js";
+import { compareEventIds, hasIdShape, isEventId, isWorkflowId, newId, randomBase62 } from "../../../src/domain/ids.js";
 import { pooledRandomBytes } from "../../../src/domain/random-pool.js";
 import { slugify, uniqueSlug } from "../../../src/domain/slug.js";
 import { randomBytes } from "node:crypto";
@@ -79,5 +79,21 @@ describe("pooled random bytes", () => {
   it("fills requests larger than a block directly", () => {
     const take = pooledRandomBytes((buf) => buf.fill(7), 4);
     expect(take(10)).toHaveLength(10);
+  });
+});
+
+describe("compareEventIds", () => {
+  it("orders stream ids by time, then sequence, as numbers (not as text)", () => {
+    const sorted = ["0-0", "9-5", "10-0", "10-2", "10-10", "1700000000000-0", "1700000000000-1", "17000000000000-0"];
+    for (let i = 0; i < sorted.length; i++) {
+      for (let j = 0; j < sorted.length; j++) {
+        expect(Math.sign(compareEventIds(sorted[i] as string, sorted[j] as string)), `${sorted[i]} vs ${sorted[j]}`).toBe(Math.sign(i - j));
+      }
+    }
+  });
+
+  it("treats leading zeros as the same number", () => {
+    expect(compareEventIds("0010-01", "10-1")).toBe(0);
+    expect(compareEventIds("0010-02", "10-1")).toBe(1);
   });
 });
