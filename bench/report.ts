@@ -1,5 +1,6 @@
 import type { BullLatencyResult, DrainResult } from "./baselines.js";
 import type { CpuShares } from "./cpu.js";
+import type { LiveTailResult } from "./live-tail.js";
 import type { ClosedLoopResult } from "./load.js";
 import type { Cost } from "./meter.js";
 import type { HistogramDelta, InlineResult, SandboxResult, SourceHttpResult, TimerResult } from "./runtime.js";
@@ -51,6 +52,7 @@ export interface Results {
   latency: LatencyResult[];
   peakRssKb?: Record<string, number | undefined>;
   timer?: TimerResult;
+  liveTail?: LiveTailResult & { cost: Cost };
   srcInline?: InlineResult & { cost: Cost };
   srcHttp?: SourceHttpResult & { cost: Cost };
   sandbox?: SandboxResult;
@@ -233,6 +235,18 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     "(info)",
     tm ? (tm.ticks >= tm.expectedTicks ? "no tick missed" : `${fmt(tm.expectedTicks - tm.ticks)} tick(s) missing`) : "—",
     "—",
+  ]);
+  const lt = r.liveTail;
+  rows.push([
+    `8. Live tail: ${lt ? fmt(lt.streams) : "100"} SSE streams on one workflow, single emits`,
+    lt
+      ? `${fmt(lt.framesPerSec)} frames/s (${fmt(lt.emitted)} events × ${fmt(lt.streams)} streams; ${fmt(lt.frames)} frames arrived) · record → stream p50 ${fmt(lt.latency.p50, 1)} ms · p99 ${fmt(lt.latency.p99, 1)} ms · max ${fmt(lt.latency.max, 1)} ms · **${fmt(lt.cost.usPerUnit.daemon ?? Number.NaN)} µs daemon CPU per event** (all its frames)`
+      : "not run",
+    lt ? `${fmt(lt.rate)} emits/s open loop; ${fmt(lt.failures)} emit failures` : "—",
+    "—",
+    "(info)",
+    lt ? (lt.frames >= lt.emitted * lt.streams ? "every frame arrived" : "❌ frames missing") : "—",
+    pct(lt?.cost.pct),
   ]);
   const rss = Object.entries(r.peakRssKb ?? {})
     .map(([n, kb]) => `${n} ${kb === undefined ? "n/a" : `${fmt(kb / 1024)} MiB`}`)

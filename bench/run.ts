@@ -5,9 +5,10 @@
  * Exit 0 when every phase ran (targets missed or not); 1 when something crashed.
  *
  * Knobs (environment): BENCH_DURATION_S (10), BENCH_BACKLOG (20000), BENCH_CONNECTIONS (8),
- * BENCH_PHASES (comma list of koa,koaredis,bullmq,drain,single,batch,latency,timer,srcinline,srchttp,sandbox; default
+ * BENCH_PHASES (comma list of koa,koaredis,bullmq,drain,single,batch,latency,sse,timer,srcinline,srchttp,sandbox; default
  * all), BENCH_SOURCE_DURATION_S (5: load per HTTP-source phase), BENCH_SANDBOX_RUNS (2000),
- * BENCH_TIMER_S (10: how long the 1 s timer source ticks),
+ * BENCH_TIMER_S (10: how long the 1 s timer source ticks), BENCH_SSE_STREAMS (100), BENCH_SSE_RATE (200 emits/s)
+ * and BENCH_SSE_DURATION_S (5) for the live-tail phase,
  * BENCH_CPU_PROF (directory for V8 CPU profiles of the daemon), BENCH_TRACE=1 (drain progress),
  * BENCH_DAEMON_ROOT (run the daemon from another checkout),
  * BENCH_DAEMON_TSX=1 (run the daemon's TypeScript through tsx instead of the compiled dist/ that `npm start` runs), BENCH_DAEMON_ENV ("K=V,K2=V2" extra
@@ -28,6 +29,7 @@ import { bullmqBaseline, bullmqLatencyBaseline, drainResult, koaBaseline, koaEva
 import { cpuMsOf } from "./cpu.js";
 import { apiData, buildDaemon, type DaemonProcess, type Deployment, startDaemonProcess, startDeployment } from "./daemon-process.js";
 import { type ClosedLoopResult, hammer, openLoop, smallEvent } from "./load.js";
+import { liveTailPhase } from "./live-tail.js";
 import { type Cost, startMeter } from "./meter.js";
 import { startReceiver } from "./receiver.js";
 import { type Results, printReport } from "./report.js";
@@ -55,6 +57,7 @@ const ALL_PHASES = [
   "single",
   "batch",
   "latency",
+  "sse",
   "timer",
   "srcinline",
   "srchttp",
@@ -83,6 +86,12 @@ const SETTINGS = {
     { rate: 1000, batch: 10 },
     { rate: 2000, batch: 10 },
   ],
+  /** The live-tail phase: open SSE streams on one workflow, single emits/s, seconds. */
+  liveTail: {
+    streams: envInt("BENCH_SSE_STREAMS", 100),
+    rate: envInt("BENCH_SSE_RATE", 200),
+    durationS: envInt("BENCH_SSE_DURATION_S", 5),
+  },
   /** Source runtime phases (issue 4). */
   runtime: {
     /** Closed-loop load on each HTTP-source endpoint, s (plus a 1 s warm-up for the inline one). */
@@ -137,7 +146,7 @@ function trace(redis: Redis, keys: ReturnType<typeof createKeys>, receiver: { co
 
 /** Phases that run the source runtime, and phases that need a Tributary daemon at all. */
 const RUNTIME_PHASES = want("timer") || want("srcinline") || want("srchttp");
-const TRIBUTARY_PHASES = want("drain") || want("single") || want("batch") || want("latency") || RUNTIME_PHASES;
+const TRIBUTARY_PHASES = want("drain") || want("single") || want("batch") || want("latency") || want("sse") || RUNTIME_PHASES;
 
 async function main(): Promise<Results> {
   const S = SETTINGS;
@@ -309,7 +318,7 @@ async function main(): Promise<Results> {
     log(`  ${fmt(results.koaRedis.reqPerSec)} req/s`);
   }
 
-  if (!(want("single") || want("batch") || want("latency") || RUNTIME_PHASES)) {
+  if (!(want("single") || want("batch") || want("latency") || want("sse") || RUNTIME_PHASES)) {
     if (dep) results.peakRssKb = dep.peakRssKb();
     await sandbox();
     return results;
@@ -453,6 +462,35 @@ async function main(): Promise<Results> {
       log(`  p50 ${fmt(res.e2e.p50, 1)} ms, p99 ${fmt(res.e2e.p99, 1)} ms, delivered ${res.delivered}/${res.sent}`);
       await quiesce(`after ${rate}/s`);
     }
+  }
+
+  // ---- Live tail (SPEC §9): events fanned out to open SSE streams ----
+  if (want("sse")) {
+    const L = S.liveTail;
+    log(`live tail: ${L.streams} streams on one workflow, ${L.rate} single emits/s for ${L.durationS} s`);
+    const meter = await startMeter({ ...dm.pids, redis: redisServer.pid, bench: process.pid }, redis);
+    const wf = "p_bench_live_tail";
+    const r = await liveTailPhase({
+      url: dm.url,
+      key,
+      workflowId: wf,
+      streams: L.streams,
+      rate: L.rate,
+      durationS: L.durationS,
+      emitOne: async () => {
+        const res = await fetch(`${dm.url}/v1/workflows/${wf}/events`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+          body: JSON.stringify({ event: smallEvent(0) }),
+        });
+        if (res.status !== 202) throw new Error(`live tail set-up emit: ${res.status}`);
+      },
+    });
+    results.liveTail = { ...r, cost: await meter(r.emitted) };
+    log(
+      `  ${fmt(r.framesPerSec)} frames/s to ${r.streams} streams (${r.frames}/${r.emitted * r.streams}); record → stream p50 ${fmt(r.latency.p50, 1)} ms, p99 ${fmt(r.latency.p99, 1)} ms`,
+    );
+    await quiesce("after the live tail");
   }
 
   // ---- Source runtime (issue 4): timer lag first, on an otherwise idle daemon; then HTTP sources ----

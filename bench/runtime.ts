@@ -20,6 +20,8 @@ export const RUNTIME_DAEMON_ENV = {
   // 100,000 is the largest value the config schema accepts.
   SOURCE_HTTP_RATE_PER_SECOND: "100000",
   TIMER_MIN_INTERVAL_SECONDS: "1",
+  // The live-tail phase opens more streams for its one user than the default limit (20) allows.
+  SSE_MAX_STREAMS_PER_USER: "0",
 };
 
 const QUEUED_COMPONENT = `module.exports = {
