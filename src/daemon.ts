@@ -1,5 +1,5 @@
 import type { Server } from "node:http";
-import { createApiFeature } from "./app/api-feature.js";
+import { createApiFeature, type RouteEntry } from "./app/api-feature.js";
 import { createConnections } from "./app/connections.js";
 import { createCore } from "./app/core.js";
 import { createDeliveryFeature } from "./app/delivery-feature.js";
@@ -15,6 +15,8 @@ export interface Daemon {
   /** The bound port (useful with PORT=0). */
   readonly port: number;
   readonly users: UserStore;
+  /** The routes this process serves (empty without the api role). */
+  readonly routes: readonly RouteEntry[];
   /** Shuts down in the written order; idempotent. */
   close(): Promise<void>;
 }
@@ -60,7 +62,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     const api = roles.has("api") ? createApiFeature(core, conns, shutdown, ready) : undefined;
     const port = (await api?.start()) ?? config.port;
     if (api) logger.info({ port, host: config.host, roles: [...roles] }, "tributary listening");
-    return { server: api?.server(), port, users: core.stores.users, close: () => shutdown.run() };
+    return { server: api?.server(), port, users: core.stores.users, routes: api?.routes() ?? [], close: () => shutdown.run() };
   } catch (err) {
     await shutdown.run();
     throw err;
