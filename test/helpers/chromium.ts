@@ -53,9 +53,18 @@ export async function openPage(binary: string, url: string): Promise<BrowserPage
     ],
     { stdio: ["ignore", "ignore", "pipe"] },
   );
-  const cleanup = () => {
-    if (child.exitCode === null) child.kill("SIGKILL");
-    rmSync(profile, { recursive: true, force: true });
+  const exited = new Promise<void>((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve();
+    else child.once("exit", () => resolve());
+  });
+  /** Kills the browser, waits (bounded) until it is gone, then removes its profile. */
+  const cleanup = async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([exited, new Promise((r) => (timer = setTimeout(r, 10_000)))]);
+    clearTimeout(timer);
+    // Helper processes of the browser may still be letting go of files for a moment.
+    rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
   };
   let ws: WebSocket;
   try {
@@ -81,7 +90,7 @@ export async function openPage(binary: string, url: string): Promise<BrowserPage
       ws.addEventListener("error", () => reject(new Error("cannot connect to chromium's DevTools endpoint")), { once: true });
     });
   } catch (err) {
-    cleanup();
+    await cleanup();
     throw err;
   }
 
@@ -132,7 +141,7 @@ export async function openPage(binary: string, url: string): Promise<BrowserPage
     },
     async close() {
       ws.close();
-      cleanup();
+      await cleanup();
     },
   };
 }
