@@ -1,5 +1,5 @@
 import type { Server } from "node:http";
-import { createApiFeature } from "./app/api-feature.js";
+import { createApiFeature, type RouteEntry } from "./app/api-feature.js";
 import { createConnections } from "./app/connections.js";
 import { createCore } from "./app/core.js";
 import { createDeliveryFeature } from "./app/delivery-feature.js";
@@ -19,6 +19,8 @@ export interface Daemon {
   /** The ops listener's bound port; undefined without OPS_PORT. */
   readonly opsPort: number | undefined;
   readonly users: UserStore;
+  /** The routes this process serves (empty without the api role). */
+  readonly routes: readonly RouteEntry[];
   /** Shuts down in the written order; idempotent. */
   close(): Promise<void>;
 }
@@ -60,7 +62,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     if (api) logger.info({ port, host: config.host, roles: [...roles] }, "tributary listening");
     // Probes and scrapes of processes without the api role (OPS_PORT); after the roles started.
     const opsPort = config.opsPort === undefined ? undefined : await createOpsFeature(core, shutdown, ready).start(config.opsPort);
-    return { server: api?.server(), port, opsPort, users: core.stores.users, close: () => shutdown.run() };
+    return { server: api?.server(), port, opsPort, users: core.stores.users, routes: api?.routes() ?? [], close: () => shutdown.run() };
   } catch (err) {
     await shutdown.run();
     throw err;

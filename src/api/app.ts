@@ -9,12 +9,16 @@ import type { SubscriptionService } from "../services/subscriptions.js";
 import type { UserService } from "../services/users.js";
 import type { WebhookService } from "../services/webhooks.js";
 import type { WorkflowService } from "../services/workflows.js";
+import { requireAdminSession } from "./middleware/admin-session.js";
 import { type Authenticator, requireAdmin, requireUser } from "./middleware/auth.js";
 import { jsonBody } from "./middleware/body.js";
 import { errorHandler } from "./middleware/errors.js";
 import { observeRequests } from "./middleware/observe.js";
+import { buildOpenApiDocument } from "./openapi/document.js";
+import { QUEUE_BOARD_PATH, type QueueBoard } from "./queue-board.js";
 import { adminRoutes } from "./routes/admin.js";
 import { componentRoutes } from "./routes/components.js";
+import { docsRoutes, OPENAPI_PATH } from "./routes/docs.js";
 import { sourceRoutes } from "./routes/sources.js";
 import { subscriptionRoutes } from "./routes/subscriptions.js";
 import { userRoutes } from "./routes/users.js";
@@ -47,7 +51,42 @@ export interface ApiDeps {
   /** HTTP source endpoints under /e/ (raw bodies, no API key). */
   readonly endpoints?: Middleware;
   /** The live tail's stream routes (`…/sse`, `/sse/…`), which authenticate by themselves (api/routes/live-tail.ts). */
-  readonly liveTail?: Middleware;
+  readonly liveTail?: { readonly streams: Middleware; readonly router: Router };
+  /** The queue dashboard (api/queue-board.ts), served at /admin/queues behind the admin guard. */
+  readonly queueBoard?: QueueBoard;
+  /** The daemon's version, shown in the OpenAPI document. */
+  readonly version?: string;
+}
+
+/** One route the app serves: a method and an OpenAPI path template (`/v1/sources/{id}`). */
+export interface RouteEntry {
+  readonly method: string;
+  readonly path: string;
+}
+
+const routeTables = new WeakMap<Koa, readonly RouteEntry[]>();
+
+/**
+ * Every route+method an app built by `createApp` serves: its routers' layers, plus the
+ * middleware mounted under a path (source endpoints, queue dashboard), declared where they are
+ * mounted. HEAD is left out (every GET answers it). The OpenAPI tests compare this with the document.
+ */
+export function routeTable(app: Koa): readonly RouteEntry[] {
+  return routeTables.get(app) ?? [];
+}
+
+/** The layers of routers as entries, `:name` written `{name}`. */
+function layersOf(routers: readonly Router[]): RouteEntry[] {
+  return routers.flatMap((r) =>
+    r.stack.flatMap((layer) =>
+      layer.methods.filter((m) => m !== "HEAD").map((method) => ({ method, path: String(layer.path).replace(/:(\w+)/g, "{$1}") })),
+    ),
+  );
+}
+
+/** What a mounted middleware answers: every listed method on its path and any sub-path. */
+function mounted(path: string, methods: readonly string[], sub: string): RouteEntry[] {
+  return [path, `${path}/{${sub}}`].flatMap((p) => methods.map((method) => ({ method, path: p })));
 }
 
 /** The router answers 405 with the real `Allow` header; the error middleware adds the JSON body. */
@@ -120,6 +159,8 @@ export function createApp(deps: ApiDeps): Koa {
     ctx.type = deps.metrics.registry.contentType;
     ctx.body = await deps.metrics.registry.metrics();
   });
+  // The API document and its reference page need no key (SPEC §10).
+  docsRoutes(ops, { document: buildOpenApiDocument({ version: deps.version ?? "0.0.0" }) });
   const opsRoutes = ops.routes() as unknown as Middleware;
   const opsAllowed = allowedMethods(ops) as unknown as Middleware;
 
@@ -133,8 +174,18 @@ export function createApp(deps: ApiDeps): Koa {
   // Every spelling of /admin (any case, percent-encoded letters) meets the token check before
   // any router matching: 404 when ADMIN_TOKEN is unset, 401 without the token, and only then
   // the (case-sensitive) router, for which other spellings are unknown routes.
-  const adminGroup: Middleware = (ctx, next) =>
-    isUnderPrefix(ctx.path, "/admin") ? guardAdmin(ctx, () => adminRoutesMw(ctx, () => adminAllowed(ctx, next))) : next();
+  const adminChain: Middleware = (ctx, next) => adminRoutesMw(ctx, () => adminAllowed(ctx, next));
+  // The queue dashboard is for browsers: its guard also takes the token once as ?token= and then
+  // a cookie (middleware/admin-session.ts); same 404/401 rules.
+  const board = deps.queueBoard;
+  const guardBoard = requireAdminSession(deps.adminToken, QUEUE_BOARD_PATH);
+  const adminGroup: Middleware = (ctx, next) => {
+    if (!isUnderPrefix(ctx.path, "/admin")) return next();
+    if (board && isUnderPrefix(ctx.path, QUEUE_BOARD_PATH)) {
+      return guardBoard(ctx, () => board.middleware(ctx, () => adminChain(ctx, next)));
+    }
+    return guardAdmin(ctx, () => adminChain(ctx, next));
+  };
 
   const v1 = router("/v1");
   const user = requireUser(deps.authenticator ?? deps.users.store);
@@ -155,7 +206,7 @@ export function createApp(deps: ApiDeps): Koa {
   // paths starting with /v1 can match the /v1 router, and none of those can match the others.
   const liveTail = deps.liveTail;
   const dispatch: Middleware = (ctx, next) => {
-    if (isV1Path(ctx.path)) return v1Routes(ctx, () => v1Allowed(ctx, next));
+    if (isV1Path(ctx.path) && ctx.path !== OPENAPI_PATH) return v1Routes(ctx, () => v1Allowed(ctx, next));
     return opsRoutes(ctx, () =>
       opsAllowed(ctx, async () => {
         if (endpoints) await endpoints(ctx, () => adminGroup(ctx, next));
@@ -165,6 +216,13 @@ export function createApp(deps: ApiDeps): Koa {
   };
   // Stream paths meet the live-tail router first (its own auth: API key or browser token); what it
   // does not answer goes on to the usual dispatch.
-  app.use(liveTail ? (ctx, next) => (isLiveTailPath(ctx.path) ? liveTail(ctx, () => dispatch(ctx, next)) : dispatch(ctx, next)) : dispatch);
+  const streams = liveTail?.streams;
+  app.use(streams ? (ctx, next) => (isLiveTailPath(ctx.path) ? streams(ctx, () => dispatch(ctx, next)) : dispatch(ctx, next)) : dispatch);
+  routeTables.set(app, [
+    ...layersOf([ops, admin, v1, ...(liveTail ? [liveTail.router] : [])]),
+    ...(endpoints ? mounted("/e/{token}", ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"], "path") : []),
+    // The dashboard's page is GET /admin/queues; everything else of it lies below.
+    ...(board ? mounted(QUEUE_BOARD_PATH, board.methods, "path").filter((r) => r.method === "GET" || r.path !== QUEUE_BOARD_PATH) : []),
+  ]);
   return app;
 }

@@ -1,5 +1,7 @@
 import type { Server } from "node:http";
-import { createApp } from "../api/app.js";
+import { createApp, type RouteEntry, routeTable } from "../api/app.js";
+export type { RouteEntry } from "../api/app.js";
+import { queueBoard } from "../api/queue-board.js";
 import { deliveryRoutes } from "../api/routes/deliveries.js";
 import { eventRoutes } from "../api/routes/events.js";
 import { liveTailRoutes } from "../api/routes/live-tail.js";
@@ -58,7 +60,10 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
     ...services,
     purgeUser: (userId: string) => services.userDeletion.delete(userId),
     ready,
-    liveTail: live.streams,
+    liveTail: live,
+    version: config.version,
+    // The dashboard exists only where the admin API does.
+    queueBoard: config.adminToken ? queueBoard(Object.values(queues), logger) : undefined,
     endpoints: sourceEndpoints(core.runtime.requests, { bodyLimitBytes: config.bodyLimitBytes, logger }),
     v1Modules: [
       eventRoutes({
@@ -96,5 +101,7 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
       return addr && typeof addr === "object" ? addr.port : config.port;
     },
     server: (): Server | undefined => server,
+    /** Every route+method the app serves (the OpenAPI tests compare it with the document). */
+    routes: (): readonly RouteEntry[] => routeTable(app),
   };
 }

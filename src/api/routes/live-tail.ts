@@ -49,7 +49,7 @@ function lastEventIdOf(ctx: Context): string | undefined {
  * stream answers its errors (401, 404, 429) as JSON before the first byte; after that it is a
  * `text/event-stream` response that Koa leaves to the live tail.
  */
-export function liveTailRoutes(deps: LiveTailRouteDeps): { v1: RouteModule; streams: Middleware } {
+export function liveTailRoutes(deps: LiveTailRouteDeps): { v1: RouteModule; streams: Middleware; router: Router } {
   /** The user behind the API key, or behind a browser token issued for this source. */
   const authorize = async (ctx: Context, kind: EmitterKind, emitterId: string): Promise<string> => {
     const key = bearer(ctx);
@@ -75,6 +75,12 @@ export function liveTailRoutes(deps: LiveTailRouteDeps): { v1: RouteModule; stre
     const emitter = kind === "source" ? await deps.sources.get(userId, emitterId) : await deps.workflows.get(userId, emitterId);
     const channel = fixedChannel ?? parseEventName(params(ctx).event_name, { required: false });
     const lastEventId = lastEventIdOf(ctx);
+    if (ctx.method === "HEAD") {
+      // What a GET would answer, without opening a stream (a HEAD response has no body to stream into).
+      ctx.status = 200;
+      ctx.set(SSE_HEADERS);
+      return;
+    }
 
     const res = ctx.res;
     const head = () => {
@@ -131,5 +137,5 @@ export function liveTailRoutes(deps: LiveTailRouteDeps): { v1: RouteModule; stre
       sendData(ctx, { token, expires_at: Math.floor(expiresAtMs / 1000) });
     });
   };
-  return { v1, streams: (ctx, next) => routes(ctx, () => allowed(ctx, next)) };
+  return { v1, streams: (ctx, next) => routes(ctx, () => allowed(ctx, next)), router };
 }

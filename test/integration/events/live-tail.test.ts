@@ -189,6 +189,11 @@ describe("live tail with the eventsource client", () => {
     const bad = await u.api.request("GET", `/v1/sources/${src.id}/sse`, { headers: { "last-event-id": "yesterday" } });
     expect(bad.status).toBe(400);
     expect(await stranger.api.post(`/v1/sources/${src.id}/sse_tokens`).then((r) => r.status)).toBe(404);
+    // HEAD answers the head a GET would, and ends (a HEAD response has no body to stream into).
+    const head = await u.api.request("HEAD", `/v1/sources/${src.id}/sse`);
+    expect(head.status).toBe(200);
+    expect(head.headers.get("content-type")).toMatch(/^text\/event-stream/);
+    expect((await stranger.api.request("HEAD", `/v1/sources/${src.id}/sse`)).status).toBe(404);
   });
 
   it("resumes after Last-Event-ID with no gap and no duplicate while events keep coming", async () => {
