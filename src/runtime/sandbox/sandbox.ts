@@ -156,21 +156,26 @@ export class Sandbox implements SandboxService {
         });
         const factory = c.factory;
         c.factory = undefined;
-        const payload = new ivm.ExternalCopy({
+        const payload = {
           method: req.method,
           sourceId: req.sourceId,
           props: req.props,
           event: req.event,
           limits: this.limits,
           db: bridge.dbEntries(),
-        });
+        };
+        const options = { result: { promise: true, copy: true }, timeout: remaining(deadline) } as const;
+        if (!factory)
+          return (await c.dispatch.apply(undefined, ["run", undefined, payload], { ...options, arguments: { copy: true } })) as unknown;
+        // The first run of the context evaluates the module: the factory goes in as a reference.
         try {
-          return (await c.dispatch.apply(undefined, ["run", factory?.derefInto(), payload.copyInto({ release: true })], {
-            result: { promise: true, copy: true },
-            timeout: remaining(deadline),
-          })) as unknown;
+          return (await c.dispatch.apply(
+            undefined,
+            ["run", factory.derefInto(), new ivm.ExternalCopy(payload).copyInto({ release: true })],
+            options,
+          )) as unknown;
         } finally {
-          factory?.release();
+          factory.release();
         }
       })();
       execution.catch(() => {}); // when `aborted` wins the race, this one rejects later
