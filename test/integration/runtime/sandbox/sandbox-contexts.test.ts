@@ -88,12 +88,12 @@ describe("module state", () => {
   });
 
   it("releases every context it evicts: many sources through a small cap leave the isolate's memory alone", async () => {
-    // 16 MB, at most 4 contexts: 100 sources, each holding 2 MB in module scope. A leaked context
-    // would keep its megabytes, and the isolate would hit its memory limit within a few sources.
-    const small = new Sandbox({ memoryMb: 16, timeoutMs: 5000 }, { maxContexts: 4 });
+    // 32 MB, at most 4 contexts: 100 sources, each holding 1 MB in module scope. A leaked context
+    // would keep its megabyte, and the isolate would hit its memory limit within a few sources.
+    const small = new Sandbox({ memoryMb: 32, timeoutMs: 5000 }, { maxContexts: 4 });
     try {
       const code = await compiled(
-        `const keep = new Array(256 * 1024).fill(0.5); module.exports = { name: "m", async run() { this.$emit(keep.length); } };`,
+        `const keep = new Array(128 * 1024).fill(0.5); module.exports = { name: "m", async run() { this.$emit(keep.length); } };`,
       );
       const failures: string[] = [];
       for (let i = 0; i < 100; i++) {
