@@ -553,6 +553,13 @@ async function main(): Promise<Results> {
     results.sandbox = await sandboxPhase(S.runtime.sandboxRuns, S.runtime.sandboxWarmup);
     const x = results.sandbox;
     log(`  p50 ${fmt(x.p50, 3)} ms, p99 ${fmt(x.p99, 3)} ms, mean ${fmt(x.mean, 3)} ms per run; failed runs ${JSON.stringify(x.errors)}`);
+    log(`  CPU ${fmt(x.cpuUsPerRun)} µs per warm run`);
+    for (const [what, c] of [
+      ["first run of a new source (warm user)", x.coldSource],
+      ["first run of a new user", x.coldUser],
+    ] as const) {
+      if (c) log(`  ${what}: p50 ${fmt(c.p50, 3)} ms, p99 ${fmt(c.p99, 3)} ms, CPU ${fmt(c.cpuUsPerRun)} µs per run (${c.count} runs)`);
+    }
   }
 }
 

@@ -371,6 +371,9 @@ export interface SandboxResult extends Summary {
   /** Failed runs by error code (warm-up included), and the 1-based run index of the first of each. */
   readonly errors: Record<string, number>;
   readonly firstError: Record<string, number>;
+  /** First runs of new sources of a warm user (a new context), and of new users (a new isolate too). */
+  readonly coldSource?: Summary & { readonly cpuUsPerRun: number };
+  readonly coldUser?: Summary & { readonly cpuUsPerRun: number };
 }
 
 /** (2) Sandbox run overhead, timed directly around Sandbox.run in a child process. */

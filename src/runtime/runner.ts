@@ -118,7 +118,16 @@ export class SourceRunner {
     const compiledCode = await this.d.components.compiled(source.user_id, component);
     const db = dbState ?? (await this.d.sources.db(source.user_id, source.id)) ?? {};
     const sandbox = onRespond ? this.d.inlineSandbox : this.d.sandbox;
-    return sandbox.run({ compiledCode, sourceId: source.id, method, props: source.configured_props, db, event, onRespond });
+    return sandbox.run({
+      compiledCode,
+      userId: source.user_id,
+      sourceId: source.id,
+      method,
+      props: source.configured_props,
+      db,
+      event,
+      onRespond,
+    });
   }
 
   /** Records what a run or hook did and saves its db state. */

@@ -8,7 +8,13 @@ import { FUNCTION_MARKER } from "../../domain/props.js";
  */
 export const GUEST_COMPONENT_SOURCE =
   `
-const race = Promise.race.bind(Promise);
+// Promise.race without the methods a component can replace (Promise.resolve, .then).
+function race(value, failed) {
+  return new Promise((resolve, reject) => {
+    promiseThen(failed, undefined, reject);
+    try { promiseThen(value, resolve, reject); } catch (e) { resolve(value); } // not a native promise
+  });
+}
 const FUNCTION_MARKER = ` +
   JSON.stringify(FUNCTION_MARKER) +
   `;
@@ -19,7 +25,7 @@ function guestRequire(name) {
 
 function load(factory) {
   const module = { exports: {} };
-  factory.call(module.exports, module.exports, guestRequire, module, "/component.js", "/");
+  reflectApply(factory, module.exports, [module.exports, guestRequire, module, "/component.js", "/"]);
   let c = module.exports;
   // ESM compiled to CommonJS: export default lands on .default of an __esModule namespace.
   if (c !== null && typeof c === "object" && c.__esModule === true && "default" in c) c = c.default;
@@ -133,51 +139,131 @@ function describeComponent(factory) {
   }
 }
 
-// db: values the run has read or written are kept here too, so reading one key in a loop does
-// not copy it out of the host again each time (the host's state changes only through this run).
-const dbCache = new Map();
-let dbWriteBudget = Infinity;
+// The run's outputs, kept here and handed to the host with its result (one crossing per run).
+// The limits are checked here, so a refused $emit or db.set throws inside the run as before; the
+// host checks everything again when the run ends.
+//
+// db: the source's state arrives with the run as JSON strings by key; reads parse a fresh copy,
+// writes are checked and kept (the last write of each key is what the host receives).
+let dbState = new Map();
+let dbStateBytes = 0;
+let dbWrites = new Map();
+let dbWritten = 0;
 function dbKey(key) {
   return bounded(String(key), limits.maxDbBytes, "db: the key is longer than the state limit of " + limits.maxDbBytes + " bytes");
 }
-const db = Object.freeze({
-  get(key) {
-    const k = dbKey(key);
-    let json;
-    if (mapHas(dbCache, k)) json = mapGet(dbCache, k);
-    else { json = host("dbGet", k); mapSet(dbCache, k, json); }
-    return json === undefined ? undefined : parse(json);
-  },
-  set(key, value) {
-    const k = dbKey(key);
-    const json = value === undefined ? undefined : stringify(value);
-    const size = k.length + (json === undefined ? 0 : json.length);
-    if (size > limits.maxDbBytes) throw new Error("db.set: the state would exceed " + limits.maxDbBytes + " bytes");
-    if (size > dbWriteBudget) throw new Error("db.set: a run may write at most " + limits.maxDbBytes * K.dbWriteBudgetStates + " bytes (keys and values as JSON)");
-    dbWriteBudget = host("dbSet", k, json);
-    mapSet(dbCache, k, json);
-  },
-});
+function dbGet(key) {
+  const json = mapGet(dbState, dbKey(key));
+  return json === undefined ? undefined : parse(json);
+}
+function dbSet(key, value) {
+  const k = dbKey(key);
+  const json = value === undefined ? undefined : stringify(value);
+  if (json !== undefined && typeof json !== "string") throw new TypeError("db.set: the value cannot be stored as JSON");
+  const max = limits.maxDbBytes;
+  const old = mapGet(dbState, k);
+  const oldBytes = old === undefined ? 0 : k.length + old.length;
+  const newBytes = json === undefined ? 0 : k.length + json.length;
+  if (newBytes > max || dbStateBytes - oldBytes + newBytes > max) throw new Error("db.set: the state would exceed " + max + " bytes");
+  const budget = max * K.dbWriteBudgetStates;
+  const written = newBytes > k.length ? newBytes : k.length;
+  if (dbWritten + written > budget) throw new Error("db.set: a run may write at most " + budget + " bytes (keys and values as JSON)");
+  if (json !== undefined && jsonTooDeep(json)) throw new Error("db.set: the value nests deeper than " + K.maxJsonDepth + " levels");
+  if (json === undefined) mapDelete(dbState, k); else mapSet(dbState, k, json);
+  dbStateBytes += newBytes - oldBytes;
+  dbWritten += written;
+  mapSet(dbWrites, k, json === undefined ? null : json);
+}
 
-// $emit: the event and its metadata are checked against the run's limits here, before they are
-// copied out; the host checks them again (bytes, not characters) and answers how much of the
-// run's budget is left.
+// UTF-8 bytes of a string, as the host's Buffer.byteLength counts them (a lone surrogate is 3).
+function utf8Length(s) {
+  const n = s.length;
+  let bytes = n;
+  for (let i = 0; i < n; i++) {
+    const c = charCodeAt(s, i);
+    if (c < 0x80) continue;
+    if (c < 0x800) { bytes += 1; continue; }
+    bytes += 2;
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < n) {
+      const d = charCodeAt(s, i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) i++; // a pair: 4 bytes for 2 characters
+    }
+  }
+  return bytes;
+}
+
+// Whether JSON text nests arrays and objects deeper than the ingress accepts (domain/json-depth.ts).
+function jsonTooDeep(text) {
+  const max = K.maxJsonDepth;
+  let opens = 0;
+  for (let i = stringIndexOf(text, "["); i !== -1 && opens <= max; i = stringIndexOf(text, "[", i + 1)) opens++;
+  for (let i = stringIndexOf(text, "{"); i !== -1 && opens <= max; i = stringIndexOf(text, "{", i + 1)) opens++;
+  if (opens <= max) return false;
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = charCodeAt(text, i);
+    if (c === 34) {
+      // Skip the string: to the next quote not escaped by an odd number of backslashes.
+      for (;;) {
+        i = stringIndexOf(text, '"', i + 1);
+        if (i === -1) return false;
+        let k = i - 1;
+        while (charCodeAt(text, k) === 92) k--;
+        if ((i - 1 - k) % 2 === 0) break;
+      }
+    } else if (c === 91 || c === 123) {
+      if (++depth > max) return true;
+    } else if (c === 93 || c === 125) depth--;
+  }
+  return false;
+}
+
+const EMPTY = /(?:)/;
+const CONTROL = /[\u0000-\u001f\u007f]/;
+const LONE_SURROGATE = /\\p{Cs}/u;
+
+// $emit: the event and its metadata are checked against the run's limits and the ingress's rules
+// here (domain/emit-rules.ts, with the host's messages), then kept as JSON.
+let runEmits = [];
 let emitsLeft = Infinity;
-let emitBudget = Infinity;
-function $emit(event, meta) {
+let emittedBytes = 0;
+function emit(event, meta) {
   if (emitsLeft <= 0) throw new Error("$emit: at most " + limits.maxEmitsPerRun + " events per run");
   const json = stringify(event === undefined ? null : event);
-  const text = json === undefined ? "null" : json;
+  const text = typeof json === "string" ? json : "null";
   if (text.length > limits.maxEventBytes) {
     throw new Error("$emit: the event is at least " + text.length + " bytes as JSON; the limit is " + limits.maxEventBytes);
   }
+  const bytes = utf8Length(text);
+  if (bytes > limits.maxEventBytes) throw new Error("$emit: the event is " + bytes + " bytes as JSON; the limit is " + limits.maxEventBytes);
   // Bounded although its fields are: a component can give Object.prototype a toJSON.
-  const metaJson = bounded(stringify(emitMeta(meta)), K.maxEmitMetaLength, "$emit: the metadata is too large");
-  if (text.length + metaJson.length > emitBudget) {
-    throw new Error("$emit: a run may emit at most " + limits.maxEventBytes * K.emitBudgetEvents + " bytes (events and metadata as JSON)");
+  const m = emitMeta(meta);
+  checkMeta(m);
+  const metaJson = bounded(stringify(m), K.maxEmitMetaLength, "$emit: the metadata is too large");
+  const budget = limits.maxEventBytes * K.emitBudgetEvents;
+  const total = bytes + utf8Length(metaJson);
+  if (emittedBytes + total > budget) {
+    throw new Error("$emit: a run may emit at most " + budget + " bytes (events and metadata as JSON)");
   }
-  emitBudget = host("emit", text, metaJson);
+  if (jsonTooDeep(text)) throw new Error("$emit: the event nests deeper than " + K.maxJsonDepth + " levels");
+  emittedBytes += total;
   emitsLeft--;
+  arrayPush(runEmits, [text, metaJson]);
+}
+
+// The ingress's rules for the metadata (domain/emit-rules.ts, checkEmitMeta in emit-check.ts).
+function checkMeta(m) {
+  if (typeof m.id === "string" && m.id.length > K.maxEmitId) throw new Error("$emit: meta.id must be at most " + K.maxEmitId + " characters");
+  if (typeof m.name === "string") {
+    let problem;
+    if (m.name.length > K.maxChannelName) problem = "must be at most " + K.maxChannelName + " characters";
+    else if (regExpTest(CONTROL, m.name)) problem = "must not contain control characters";
+    else if (regExpTest(LONE_SURROGATE, m.name)) problem = "must not contain unpaired UTF-16 surrogates";
+    if (problem) throw new Error("$emit: meta.name " + problem);
+  }
+  if (typeof m.summary === "string" && m.summary.length > K.maxSummary) {
+    throw new Error("$emit: meta.summary must be at most " + K.maxSummary + " characters");
+  }
 }
 
 // Each field read once (a getter could answer differently twice). Strings are cut one character
@@ -203,12 +289,13 @@ function emitMeta(meta) {
 }
 
 // After the first response only the status crosses (a later respond() is ignored, but a bad
-// status still throws).
+// status still throws). respond() crosses at once: the caller is waiting for the answer.
 let responded = false;
-function makeHttp(value) {
-  const http = Object.assign({}, value !== null && typeof value === "object" ? value : {});
+function makeHttp(value, live) {
+  const http = objectAssign({}, value !== null && typeof value === "object" ? value : {});
   if (http.endpoint === undefined && typeof http.endpoint_url === "string") http.endpoint = http.endpoint_url;
   http.respond = function respond(r) {
+    live("http.respond");
     r = r || {};
     const status = r.status === undefined || r.status === null ? 200 : Number(r.status);
     if (responded) { host("respond", status, "[]", "text", ""); return; }
@@ -227,47 +314,115 @@ function makeHttp(value) {
   return http;
 }
 
+// Each run gets its own this: props, $emit, db, http and methods bound to it. A this kept from an
+// earlier run (in module scope) refuses to act: its run is over.
+let epoch = 0;
 function makeThis(component, values) {
+  const runEpoch = epoch;
+  const live = (what) => {
+    if (epoch !== runEpoch) throw new Error(what + ": the run this belongs to has ended");
+  };
+  const db = objectFreeze({
+    get(key) { live("db"); return dbGet(key); },
+    set(key, value) { live("db"); dbSet(key, value); },
+  });
   const self = {};
-  for (const k of Object.keys(values)) self[k] = values[k];
+  const keys = objectKeys(values);
+  for (let i = 0; i < keys.length; i++) self[keys[i]] = values[keys[i]];
   const defs = component.props !== null && typeof component.props === "object" ? component.props : {};
-  for (const name of Object.keys(defs)) {
+  const names = objectKeys(defs);
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i];
     const d = defs[name];
     const type = typeof d === "string" ? d : d !== null && typeof d === "object" ? d.type : undefined;
-    if (type === "$.interface.http") self[name] = makeHttp(self[name]);
+    if (type === "$.interface.http") self[name] = makeHttp(self[name], live);
     else if (type === "$.service.db") self[name] = db;
   }
   if (!("db" in self)) self.db = db;
-  self.$emit = $emit;
+  self.$emit = function $emit(event, meta) { live("$emit"); emit(event, meta); };
   const methods = component.methods !== null && typeof component.methods === "object" ? component.methods : {};
-  for (const name of Object.keys(methods)) {
-    if (typeof methods[name] === "function" && !(name in self)) self[name] = methods[name].bind(self);
+  const methodNames = objectKeys(methods);
+  for (let i = 0; i < methodNames.length; i++) {
+    const name = methodNames[i];
+    if (typeof methods[name] === "function" && !(name in self)) self[name] = bind(methods[name], self);
   }
   return self;
 }
 
-async function runComponent(factory, payload) {
-  globalThis.process.env.PD_COMPONENT = payload.sourceId;
+// The component module, evaluated by the first run of the context and kept for the next ones.
+let component;
+
+/** Forgets everything of the previous run: its outputs, timers, fetches and this. */
+function resetRun(payload) {
+  epoch++;
   limits = payload.limits;
-  emitsLeft = limits.maxEmitsPerRun;
   consoleOn = true;
+  logLines = 0;
+  droppedLogs = 0;
+  runLogs = [];
+  runEmits = [];
+  emitsLeft = limits.maxEmitsPerRun;
+  emittedBytes = 0;
+  dbState = new Map();
+  dbStateBytes = 0;
+  const db = payload.db;
+  for (let i = 0; i < db.length; i++) {
+    mapSet(dbState, db[i][0], db[i][1]);
+    dbStateBytes += db[i][0].length + db[i][1].length;
+  }
+  dbWrites = new Map();
+  dbWritten = 0;
+  responded = false;
+  mapClearAll(pendingFetches);
+  mapClearAll(counts);
+  mapClearAll(timings);
+  resetTimers();
+}
+
+/** What the host receives of a run: plain data built here. */
+function outputs(error) {
+  const writes = [];
+  mapForEach(dbWrites, (json, key) => { arrayPush(writes, [key, json]); });
+  return { error, logs: runLogs, droppedLogs, emits: runEmits, db: writes, discard: component === undefined };
+}
+
+/** Ends the run in the guest (time-out): nothing more is recorded, and what it did is handed over. */
+function collect() {
+  consoleOn = false;
+  epoch++;
+  return outputs(null);
+}
+
+async function runComponent(factory, payload) {
+  resetRun(payload);
   // Rejected by an exception in a timer callback or microtask, which would crash a Node process.
-  const failed = new Promise((resolve, reject) => { failRun = reject; });
-  failed.catch(() => {});
+  let fail;
+  const failed = new Promise((resolve, reject) => { fail = reject; });
+  failRun = fail;
+  promiseThen(failed, undefined, () => {});
+  let error = null;
   try {
-    const component = load(factory);
-    const problem = checkComponent(component);
-    if (problem) return { code: "InvalidComponent", msg: problem, stack: "" };
+    try { globalThis.process.env.PD_COMPONENT = payload.sourceId; } catch (e) { /* the component's own process object */ }
+    if (component === undefined) {
+      if (factory === undefined) throw new Error("the component is not loaded");
+      const c = load(factory);
+      const problem = checkComponent(c);
+      if (problem) return outputs({ code: "InvalidComponent", msg: problem, stack: "" });
+      component = c;
+    }
     const self = makeThis(component, payload.props);
     const fn = payload.method === "run" ? component.run : component.hooks && component.hooks[payload.method];
-    if (typeof fn !== "function") return null; // a hook the component does not have
-    await race([fn.call(self, payload.method === "run" ? payload.event : undefined), failed]);
-    return null;
+    if (typeof fn === "function") await race(reflectApply(fn, self, [payload.method === "run" ? payload.event : undefined]), failed);
   } catch (e) {
-    return errorInfo(e);
+    error = errorInfo(e);
   } finally {
-    reportDroppedLogs();
+    consoleOn = false;
+    epoch++;
+    // RegExp.input and friends hold the last string a regexp searched, for the context's life:
+    // a run's huge string would stay in the heap until the source's next regexp.
+    try { regExpTest(EMPTY, ""); } catch (e) { /* the component's own exec */ }
   }
+  return outputs(error);
 }
 
 return function dispatch(op, a, b, c) {
@@ -275,6 +430,7 @@ return function dispatch(op, a, b, c) {
   if (op === "settle") return settle(a, b, c);
   if (op === "load") return describe(a);
   if (op === "run") return runComponent(a, b);
+  if (op === "collect") return collect();
   throw new Error("unknown sandbox operation");
 };
 `;

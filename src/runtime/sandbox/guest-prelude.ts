@@ -1,4 +1,5 @@
 import { MAX_CHANNEL_NAME_LENGTH, MAX_EMIT_ID_LENGTH, MAX_SUMMARY_LENGTH } from "../../domain/emit-rules.js";
+import { MAX_JSON_DEPTH } from "../../domain/json-depth.js";
 import { GUEST_COMPONENT_SOURCE } from "./guest-component.js";
 import { GUEST_FORMAT_SOURCE } from "./guest-format.js";
 import { GUEST_LENGTHS_SOURCE } from "./guest-lengths.js";
@@ -36,6 +37,7 @@ const GUEST_CONSTANTS = {
   maxChannelName: MAX_CHANNEL_NAME_LENGTH,
   maxSummary: MAX_SUMMARY_LENGTH,
   maxEmitId: MAX_EMIT_ID_LENGTH,
+  maxJsonDepth: MAX_JSON_DEPTH,
   emitBudgetEvents: EMIT_BUDGET_EVENTS,
   dbWriteBudgetStates: DB_WRITE_BUDGET_STATES,
 };
@@ -46,13 +48,22 @@ const hostCallback = $0;
 const K = ${JSON.stringify(GUEST_CONSTANTS)};
 // The run's limits (types.ts); runComponent replaces them with the sandbox's own.
 let limits = ${JSON.stringify(DEFAULT_LIMITS)};
-function host(op, a, b, c, d, e) {
-  const r = hostCallback(op, a, b, c, d, e);
-  if (r[0] === "err") throw new Error(r[1]);
-  return r[1];
-}
+// The context lives as long as its source's code (sandbox.ts): component code may replace any
+// global or built-in method between runs. What the prelude uses on every run is captured here,
+// before component code exists; the constructors are shadowed so a replaced global is never used.
+const { Error, TypeError, RangeError, Promise, Map, String, Number, Object, Array, JSON, Date, Function, Reflect, RegExp } = globalThis;
 const uncurry = (f) => Function.prototype.call.bind(f);
 const stringSlice = uncurry(String.prototype.slice);
+const stringIndexOf = uncurry(String.prototype.indexOf);
+const charCodeAt = uncurry(String.prototype.charCodeAt);
+const stringToLowerCase = uncurry(String.prototype.toLowerCase);
+const arrayPush = uncurry(Array.prototype.push);
+const bind = uncurry(Function.prototype.bind);
+const promiseThen = uncurry(Promise.prototype.then);
+const objectKeys = Object.keys;
+const objectAssign = Object.assign;
+const objectFreeze = Object.freeze;
+const isArray = Array.isArray;
 const stringify = JSON.stringify;
 const parse = JSON.parse;
 const dateNow = Date.now;
@@ -62,10 +73,21 @@ const mapGet = uncurry(Map.prototype.get);
 const mapSet = uncurry(Map.prototype.set);
 const mapHas = uncurry(Map.prototype.has);
 const mapDelete = uncurry(Map.prototype.delete);
+const mapClearAll = uncurry(Map.prototype.clear);
+// (A regular expression with an exec of its own would do without RegExp.prototype.exec, but one
+// such object takes V8's regexps off their fast paths in the whole context. A replaced exec only
+// misleads the checks of the component's own outputs, which the host checks again.)
+const regExpTest = uncurry(RegExp.prototype.test);
+function host(op, a, b, c, d, e) {
+  const r = hostCallback(op, a, b, c, d, e);
+  if (r[0] === "err") throw new Error(r[1]);
+  return r[1];
+}
 /** At most max characters of text (a string), with a note of what was cut. */
 function cut(text, max) {
   if (text.length <= max) return text;
-  return stringSlice(text, 0, max) + "… [" + (text.length - max) + " more characters]";
+  // A copy, not a slice: a slice would keep all of text alive for as long as the run's buffers.
+  return parse(stringify(stringSlice(text, 0, max))) + "… [" + (text.length - max) + " more characters]";
 }
 /** A string of at most max characters: longer ones are refused with message. */
 function bounded(text, max, message) {
@@ -82,24 +104,21 @@ globalThis.global = globalThis;
 globalThis.process = { env: {} };
 
 // Console output is discarded while a component is only loaded (metadata read); runComponent
-// turns it on. Past the line limit nothing crosses: the host only learns how many were dropped.
+// turns it on. Lines are kept here and handed to the host with the run's result (one crossing
+// per run); past the line limit only a count is kept.
 let consoleOn = false;
 let logLines = 0;
 let droppedLogs = 0;
+let runLogs = [];
 function log(kind, args) {
   if (!consoleOn) return;
   if (logLines >= limits.maxLogLinesPerRun) {
-    // The count so far, now and then: a run that times out never reports its final count.
-    if (++droppedLogs === 1 || droppedLogs % 100 === 0) host("logsDropped", droppedLogs);
+    droppedLogs++;
     return;
   }
   logLines++;
   const text = formatArgs(args);
-  host("log", kind, cut(typeof text === "string" ? text : "[unprintable console arguments]", limits.maxLogLineBytes));
-}
-/** Tells the host the final count of dropped console lines (called when the run ends). */
-function reportDroppedLogs() {
-  if (droppedLogs > 1) host("logsDropped", droppedLogs);
+  arrayPush(runLogs, [dateNow(), kind, cut(typeof text === "string" ? text : "[unprintable console arguments]", limits.maxLogLineBytes)]);
 }
 const consoleObject = {};
 for (const kind of ["log", "info", "warn", "error", "debug"]) {
@@ -111,11 +130,11 @@ consoleObject.table = consoleObject.log;
 consoleObject.assert = function (ok, ...rest) { if (!ok) log("console.error", ["Assertion failed" + (rest.length ? ": " + formatArgs(rest) : "")]); };
 const counts = new Map();
 const timings = new Map();
-consoleObject.count = (label = "default") => { const n = (counts.get(label) || 0) + 1; counts.set(label, n); consoleObject.info(label + ": " + n); };
-consoleObject.countReset = (label = "default") => { counts.delete(label); };
-consoleObject.time = (label = "default") => { timings.set(label, Date.now()); };
+consoleObject.count = (label = "default") => { const n = (mapGet(counts, label) || 0) + 1; mapSet(counts, label, n); log("console.info", [label + ": " + n]); };
+consoleObject.countReset = (label = "default") => { mapDelete(counts, label); };
+consoleObject.time = (label = "default") => { mapSet(timings, label, dateNow()); };
 consoleObject.timeLog = consoleObject.timeEnd = function (label = "default") {
-  if (timings.has(label)) consoleObject.info(label + ": " + (Date.now() - timings.get(label)) + "ms");
+  if (mapHas(timings, label)) log("console.info", [label + ": " + (dateNow() - mapGet(timings, label)) + "ms"]);
 };
 consoleObject.group = consoleObject.groupCollapsed = consoleObject.groupEnd = () => {};
 globalThis.console = consoleObject;
@@ -128,9 +147,9 @@ let failRun = () => {};
 function headerPairs(h) {
   const pairs = [];
   if (h === undefined || h === null) return pairs;
-  if (Array.isArray(h)) { for (const p of h) pairs.push([String(p[0]), String(p[1])]); }
-  else if (typeof h.forEach === "function" && typeof h.get === "function") h.forEach((v, k) => pairs.push([String(k), String(v)]));
-  else for (const k of Object.keys(h)) if (h[k] !== undefined) pairs.push([k, String(h[k])]);
+  if (isArray(h)) { for (let i = 0; i < h.length; i++) { const p = h[i]; arrayPush(pairs, [String(p[0]), String(p[1])]); } }
+  else if (typeof h.forEach === "function" && typeof h.get === "function") h.forEach((v, k) => arrayPush(pairs, [String(k), String(v)]));
+  else { const keys = objectKeys(h); for (let i = 0; i < keys.length; i++) { const k = keys[i]; if (h[k] !== undefined) arrayPush(pairs, [k, String(h[k])]); } }
   return pairs;
 }
 function headersJson(h, what) {
@@ -144,7 +163,8 @@ function bytesOf(body) {
 }
 
 function makeResponse(url, r) {
-  const map = new Map(r.headers.map((p) => [p[0].toLowerCase(), p[1]]));
+  const map = new Map();
+  for (let i = 0; i < r.headers.length; i++) mapSet(map, stringToLowerCase(r.headers[i][0]), r.headers[i][1]);
   const headers = {
     get: (name) => { const v = map.get(String(name).toLowerCase()); return v === undefined ? null : v; },
     has: (name) => map.has(String(name).toLowerCase()),

@@ -46,6 +46,14 @@ function startTimer(fn, ms, args, repeat) {
   mapSet(timers, id, { fn, args, repeat, delay, due });
   return id;
 }
+/** A new run starts with no timers and a fresh firing count (the previous run's are dropped). */
+function resetTimers() {
+  mapClear(timers);
+  wakeAt = Infinity;
+  ticking = false;
+  firings = 0;
+  timersStopped = null;
+}
 function clearTimer(id) {
   mapDelete(timers, id);
 }
@@ -67,7 +75,7 @@ async function tick() {
   try {
     const now = dateNow();
     const due = [];
-    mapForEach(timers, (t, id) => { if (t.due <= now) due.push([id, t]); });
+    mapForEach(timers, (t, id) => { if (t.due <= now) arrayPush(due, [id, t]); });
     due.sort((a, b) => a[1].due - b[1].due || a[0] - b[0]);
     for (const [id, t] of due) {
       if (mapGet(timers, id) !== t) continue; // cleared by an earlier callback

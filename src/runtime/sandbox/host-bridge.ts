@@ -15,8 +15,9 @@ import {
 } from "./types.js";
 
 /**
- * The host half of one run: the single synchronous callback the guest prelude calls for `console`,
- * `$emit`, `db`, `http.respond`, `fetch` and timers, and the state it collects. Everything that
+ * The host half of one run: what the guest prelude's synchronous callback does during the run
+ * (`http.respond`, `fetch`, timers: `handle`), and the checks of what the guest kept and hands
+ * over with the run's result (`console`, `$emit`, `db.set`: `absorb`), and the state it collects. Everything that
  * arrives is a string or a structured-clone copy made by isolated-vm; everything this module keeps
  * is bounded by the run's limits, since an isolate's memory limit does not bound the host's. The
  * guest prelude cuts what it passes to these limits before calling (the copy is made before this
@@ -26,7 +27,7 @@ import {
  * exception, and no host stack trace, reaches component code.
  */
 
-type Reply = readonly ["ok", unknown] | readonly ["err", string];
+export type Reply = readonly ["ok", unknown] | readonly ["err", string];
 
 /**
  * The entries into the guest that the host starts on its own. Neither arms an isolated-vm
@@ -67,10 +68,20 @@ export interface HostBridgeOptions {
   onFault: (err: unknown) => void;
 }
 
+/** What the guest hands over when a run ends (guest-component.ts `outputs`), not yet checked. */
+export interface GuestOutputs {
+  error: unknown;
+  logs: unknown;
+  droppedLogs: unknown;
+  emits: unknown;
+  db: unknown;
+  /** The component did not load: the context must not be used again. */
+  discard: unknown;
+}
+
 export class HostBridge {
   readonly emits: Emit[] = [];
   readonly logs: LogEntry[] = [];
-  readonly callback: ivm.Callback;
   responded = false;
   dbChanged = false;
   private droppedLogs = 0;
@@ -79,7 +90,8 @@ export class HostBridge {
   private fetches = 0;
   private readonly state = new Map<string, string>();
   private stateBytes = 0;
-  private readonly abort = new AbortController();
+  /** Made by the first fetch of the run (an AbortController costs more than a trivial run). */
+  private abort: AbortController | undefined;
   private entries: GuestEntries | undefined;
   private closed = false;
   private readonly wake: GuestWake;
@@ -98,9 +110,43 @@ export class HostBridge {
       onLimit: () => opts.onFault(new RunLimitError("TIMER_LIMIT", timerLimitMessage(maxFirings))),
       onFault: opts.onFault,
     });
-    this.callback = new ivm.Callback((op: unknown, a: unknown, b: unknown, c: unknown, d: unknown, e: unknown) =>
-      this.handle(op, a, b, c, d, e),
-    );
+  }
+
+  /** The db state as the guest receives it: `[key, JSON]` pairs. */
+  dbEntries(): [string, string][] {
+    return [...this.state];
+  }
+
+  /**
+   * Takes what the guest kept during the run, checking each item as if it had crossed at the call
+   * (the guest applied the same limits; this holds the line whatever arrives). Answers the message
+   * of the first item refused, after which nothing more of the run is taken.
+   */
+  absorb(out: GuestOutputs): string | undefined {
+    try {
+      if (Array.isArray(out.logs)) {
+        for (const line of out.logs as unknown[]) {
+          const [ts, kind, msg] = Array.isArray(line) ? (line as unknown[]) : [];
+          this.log(kind, msg, ts);
+        }
+      }
+      this.logsDropped(out.droppedLogs);
+      if (Array.isArray(out.emits)) {
+        for (const e of out.emits as unknown[]) {
+          const [json, meta] = Array.isArray(e) ? (e as unknown[]) : [];
+          this.emit(json, meta);
+        }
+      }
+      if (Array.isArray(out.db)) {
+        for (const w of out.db as unknown[]) {
+          const [key, json] = Array.isArray(w) ? (w as unknown[]) : [];
+          this.dbSet(this.dbKey(key), json === null ? undefined : json);
+        }
+      }
+      return undefined;
+    } catch (err) {
+      return err instanceof Error ? err.message : String(err);
+    }
   }
 
   /** Connects the guest's `dispatch`; until then fetches and timers cannot complete. */
@@ -113,7 +159,7 @@ export class HostBridge {
     if (this.closed) return;
     this.closed = true;
     this.wake.close();
-    this.abort.abort();
+    this.abort?.abort();
   }
 
   /** The db state after the run, or the caller's own object when nothing changed. */
@@ -131,19 +177,11 @@ export class HostBridge {
     return [...this.logs, { ts: Date.now(), k: "console.warn", msg: note }];
   }
 
-  private handle(op: unknown, a: unknown, b: unknown, c: unknown, d: unknown, e: unknown): Reply {
+  /** The guest's synchronous callback during the run (guest-prelude.ts `host`). */
+  handle(op: unknown, a: unknown, b: unknown, c: unknown, d: unknown, e: unknown): Reply {
+    if (this.closed) return ["err", "the run has ended"];
     try {
       switch (op) {
-        case "log":
-          return ["ok", this.log(a, b)];
-        case "logsDropped":
-          return ["ok", this.logsDropped(a)];
-        case "emit":
-          return ["ok", this.emit(a, b)];
-        case "dbGet":
-          return ["ok", this.state.get(this.dbKey(a))];
-        case "dbSet":
-          return ["ok", this.dbSet(this.dbKey(a), b)];
         case "respond":
           return ["ok", this.respond(a, b, c, d)];
         case "fetch":
@@ -158,7 +196,7 @@ export class HostBridge {
     }
   }
 
-  private log(kind: unknown, msg: unknown): void {
+  private log(kind: unknown, msg: unknown, ts?: unknown): void {
     if (typeof msg !== "string") throw new Error("console: invalid arguments");
     if (this.logs.length >= this.opts.limits.maxLogLinesPerRun) {
       this.droppedLogs++;
@@ -166,7 +204,8 @@ export class HostBridge {
     }
     const max = this.opts.limits.maxLogLineBytes;
     const text = msg.length > max + CUT_NOTE ? `${copyPrefix(msg, max)}… [${msg.length - max} more characters]` : msg;
-    this.logs.push({ ts: Date.now(), k: LOG_KINDS.has(String(kind)) ? (kind as LogKind) : "console.log", msg: text });
+    const at = typeof ts === "number" && Number.isSafeInteger(ts) ? ts : Date.now();
+    this.logs.push({ ts: at, k: LOG_KINDS.has(String(kind)) ? (kind as LogKind) : "console.log", msg: text });
   }
 
   /** The guest's count of console lines it dropped past the limit (it sends none of them). */
@@ -251,6 +290,7 @@ export class HostBridge {
     const target = url;
     const headers: Record<string, string> = {};
     for (const [k, v] of headerList(headersJson, "fetch")) headers[k] = v;
+    this.abort ??= new AbortController();
     const init = {
       method: String(method),
       headers,

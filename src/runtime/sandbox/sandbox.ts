@@ -1,6 +1,7 @@
 import ivm from "isolated-vm";
-import { copyPrefix, HostBridge, metadataHostCallback, RunLimitError } from "./host-bridge.js";
+import { copyPrefix, type GuestOutputs, HostBridge, metadataHostCallback, RunLimitError } from "./host-bridge.js";
 import { IsolatePool, type Lease } from "./isolate-pool.js";
+import { type SourceContext, type UserIsolate, UserIsolates } from "./user-isolates.js";
 import {
   CROSSING_LIMITS,
   DEFAULT_LIMITS,
@@ -19,11 +20,19 @@ export type { InspectResult } from "./types.js";
 /**
  * Runs component code (compiled by compileComponent) in isolated-vm isolates (SPEC §5).
  *
- * Each run gets a fresh context in a pooled isolate, the guest prelude (console, fetch, timers,
- * process.env) and a host bridge that collects emits, logs and db writes. One wall-clock timer
- * covers the whole run, awaits included: when it fires, the isolate is disposed, which stops
- * synchronous loops and abandons pending promises alike. A memory kill also disposes the isolate
- * (isolated-vm does it). Either way the pool replaces the isolate and the daemon carries on.
+ * Source runs (user-isolates.ts): each user has an isolate of their own, and each source a
+ * long-lived context in it holding the guest prelude and the evaluated module; a run is one entry
+ * into that context (`dispatch("run")`), which resets the previous run's state in the guest and
+ * answers the run's console lines, emits and db writes with its result. Only `fetch`, timers and
+ * `http.respond` cross during the run (the context's callback, to the run's HostBridge).
+ *
+ * One wall-clock timer covers the whole run, awaits included. When it fires, the run ends and its
+ * context is discarded; what it did so far is asked of the guest, and if the isolate does not
+ * answer (a loop isolated-vm's own time-out cannot reach, in a timer callback) the user's isolate
+ * is disposed, which stops it. A memory kill disposes the user's isolate too (isolated-vm does
+ * it). Either way a fresh one serves the user's next run, and other users are untouched.
+ *
+ * Metadata reads (`inspect`) get a fresh context in a pooled isolate and nothing else.
  *
  * Run with `node --no-node-snapshot` (isolated-vm needs it on Node 20+).
  */
@@ -31,10 +40,18 @@ export type { InspectResult } from "./types.js";
 export interface SandboxOptions {
   /** The network for the guest's `fetch`; the default refuses every request. */
   fetch?: HostFetch;
-  /** Healthy isolates kept between runs (default 4). */
+  /** Healthy isolates kept between metadata reads (default 4). */
   maxIdleIsolates?: number;
-  /** Isolates alive at once, i.e. concurrent runs (default 16); more runs wait their turn. */
+  /**
+   * Isolates alive at once (default 16): one per user with runs (user-isolates.ts), and as many for
+   * metadata reads. A new user past it waits for another user's isolate to be idle.
+   */
   maxIsolates?: number;
+  /** Source contexts kept alive in all (default 1000) and per user isolate (default 100). */
+  maxContexts?: number;
+  maxContextsPerIsolate?: number;
+  /** A context or user isolate idle this long is released (default 5 minutes). */
+  idleMs?: number;
   /**
    * isolated-vm's "V8 lost control of an isolate" signal. The run or metadata read in that isolate
    * ends at once with an error saying so, and the other isolates carry on; the process must finish
@@ -55,9 +72,12 @@ const MAX_STACK = CROSSING_LIMITS.maxErrorStackLength;
 
 export class Sandbox implements SandboxService {
   private readonly limits: ResolvedLimits;
+  /** Fresh contexts for metadata reads (no user: the code is not a source's yet). */
   private readonly pool: IsolatePool;
+  /** Source runs: an isolate per user, a long-lived context per source and code. */
+  private readonly users: UserIsolates;
   private readonly fetch: HostFetch;
-  /** How to end the run or metadata read that holds each leased isolate, at once. */
+  /** How to end the metadata read that holds each leased isolate, at once. */
   private readonly stoppers = new Map<Lease, (err: RunLimitError) => void>();
 
   constructor(limits: SandboxLimits, options: SandboxOptions = {}) {
@@ -77,10 +97,31 @@ export class Sandbox implements SandboxService {
           }
         : undefined,
     });
+    this.users = new UserIsolates({
+      memoryMb: limits.memoryMb,
+      maxIsolates: options.maxIsolates,
+      maxContexts: options.maxContexts,
+      maxContextsPerIsolate: options.maxContextsPerIsolate,
+      idleMs: options.idleMs,
+      onCatastrophicError: report
+        ? (message, ui) => {
+            for (const stop of ui.stoppers) stop(catastropheError(message, this.limits));
+            this.users.kill(ui, "catastrophe");
+            report(message);
+          }
+        : undefined,
+    });
+  }
+
+  /** Live source contexts (tests and operators' tools). */
+  get contextCount(): number {
+    return this.users.contextCount;
   }
 
   async run(req: RunRequest): Promise<RunResult> {
-    const lease = await this.pool.acquire();
+    // A run without a user gets an isolate of its source's own: never one shared with other code.
+    const owner = req.userId !== undefined ? `user:${req.userId}` : `source:${req.sourceId}`;
+    const ui = await this.users.acquire(owner);
     // Time spent waiting for an isolate is not the component's: the clock starts now.
     const started = performance.now();
     const deadline = started + this.limits.timeoutMs;
@@ -90,34 +131,86 @@ export class Sandbox implements SandboxService {
       abortRun = reject;
     });
     aborted.catch(() => {});
-    this.stoppers.set(lease, abortRun);
+    ui.stoppers.add(abortRun);
     const bridge = new HostBridge({ limits: this.limits, fetch: this.fetch, db: req.db, onRespond: req.onRespond, onFault: abortRun });
     const timer = setTimeout(() => {
       // An isolate isolated-vm already disposed for its memory limit did not time out.
-      timedOut = !lease.isolate.isDisposed;
-      this.pool.kill(lease);
+      timedOut = !ui.isolate.isDisposed;
       abortRun(new Error("timed out"));
     }, this.limits.timeoutMs);
-    let context: ivm.Context | undefined;
+    let ctx: SourceContext | undefined;
+    let out: GuestOutputs | undefined;
     let error: RunError | undefined;
-    // Whether the isolate itself failed (limit, kill, isolated-vm error), as opposed to the component throwing.
-    let isolateFailed = false;
+    // Whether the context may serve the next run of its source: not after any failure but the
+    // component's own (a time-out, a limit, an isolated-vm error leave its state in doubt).
+    let reusable = false;
     try {
-      const execution = this.execute(lease, bridge, req, deadline, (c) => {
-        context = c;
-      });
+      const execution = (async () => {
+        ctx = await this.users.takeContext(ui, req.sourceId, req.compiledCode, req.method === "run", remaining(deadline));
+        const c = ctx;
+        c.bridge = bridge;
+        // No isolated-vm `timeout` on these entries (see GuestEntries): the run's timer bounds them.
+        bridge.attach({
+          settle: (id, ok, value) => c.dispatch.apply(undefined, ["settle", id, ok, value], { arguments: { copy: true } }),
+          tick: () => c.dispatch.apply(undefined, ["tick"], { result: { promise: true, copy: true } }),
+        });
+        const factory = c.factory;
+        c.factory = undefined;
+        const payload = {
+          method: req.method,
+          sourceId: req.sourceId,
+          props: req.props,
+          event: req.event,
+          limits: this.limits,
+          db: bridge.dbEntries(),
+        };
+        const options = { result: { promise: true, copy: true }, timeout: remaining(deadline) } as const;
+        if (!factory)
+          return (await c.dispatch.apply(undefined, ["run", undefined, payload], { ...options, arguments: { copy: true } })) as unknown;
+        // The first run of the context evaluates the module: the factory goes in as a reference.
+        try {
+          return (await c.dispatch.apply(
+            undefined,
+            ["run", factory.derefInto(), new ivm.ExternalCopy(payload).copyInto({ release: true })],
+            options,
+          )) as unknown;
+        } finally {
+          factory.release();
+        }
+      })();
       execution.catch(() => {}); // when `aborted` wins the race, this one rejects later
-      const guestError = await Promise.race([execution, aborted]);
-      if (guestError) error = fromGuest(guestError);
+      out = asOutputs(await Promise.race([execution, aborted]));
+      reusable = out !== undefined && out.discard !== true;
     } catch (err) {
-      isolateFailed = true;
-      error = this.classify(err, lease, timedOut);
+      error = this.classify(err, ui, timedOut);
+      // What the run did so far is in its context: asked for, if the isolate still answers. If
+      // it does not (a loop in a timer callback), it is disposed: only its user's runs are in it.
+      if (!ui.isolate.isDisposed && error.code !== "SANDBOX_CLOSED") {
+        out = ctx
+          ? asOutputs(await answer(ctx.dispatch.apply(undefined, ["collect"], { result: { copy: true }, timeout: PING_DEADLINE_MS })))
+          : undefined;
+        if (
+          out === undefined &&
+          !(ctx === undefined && (await answer(ui.isolate.compileScript("0").then((s) => s.release()))) !== undefined)
+        ) {
+          this.users.kill(ui, "timeout");
+        }
+      }
     } finally {
       clearTimeout(timer);
-      this.stoppers.delete(lease);
+      ui.stoppers.delete(abortRun);
       bridge.close();
     }
-    void this.recycle(lease, context, !isolateFailed);
+    if (out) {
+      const refused = bridge.absorb(out);
+      if (!error && out.error) error = fromGuest(out.error);
+      if (refused !== undefined) {
+        error ??= limitError("Error", clip(refused, MAX_MESSAGE));
+        reusable = false;
+      }
+    }
+    if (ctx) this.users.returnContext(ctx, reusable);
+    this.users.release(ui);
     return {
       emits: bridge.emits,
       logs: bridge.logEntries(),
@@ -182,43 +275,11 @@ export class Sandbox implements SandboxService {
   /** Disposes every isolate; runs in progress end with a SANDBOX_CLOSED error. Idempotent. */
   close(): void {
     this.pool.close();
-  }
-
-  private async execute(lease: Lease, bridge: HostBridge, req: RunRequest, deadline: number, onContext: (c: ivm.Context) => void) {
-    // References into the context keep it alive in the (reused) isolate until released: without
-    // this, every run leaves its context behind and the isolate runs out of memory after a few
-    // hundred runs.
-    const refs: ivm.Reference[] = [];
-    try {
-      const context = await lease.isolate.createContext();
-      onContext(context);
-      const dispatch = await this.pool.install(lease, context, bridge.callback, remaining(deadline));
-      refs.push(dispatch);
-      // No isolated-vm `timeout` on these entries (see GuestEntries): the run's timer bounds them.
-      bridge.attach({
-        settle: (id, ok, value) => dispatch.apply(undefined, ["settle", id, ok, value], { arguments: { copy: true } }),
-        tick: () => dispatch.apply(undefined, ["tick"], { result: { promise: true, copy: true } }),
-      });
-      const factory = await this.pool.factory(lease, context, req.compiledCode, remaining(deadline));
-      refs.push(factory);
-      const payload = new ivm.ExternalCopy({
-        method: req.method,
-        sourceId: req.sourceId,
-        props: req.props,
-        event: req.event,
-        limits: this.limits,
-      });
-      return (await dispatch.apply(undefined, ["run", factory.derefInto(), payload.copyInto({ release: true })], {
-        result: { promise: true, copy: true },
-        timeout: remaining(deadline),
-      })) as unknown;
-    } finally {
-      releaseAll(refs);
-    }
+    this.users.close();
   }
 
   /** Turns an isolated-vm failure into the run's error; the flags say who stopped the run. */
-  private classify(err: unknown, lease: Lease, timedOut: boolean): RunError {
+  private classify(err: unknown, unit: Lease | UserIsolate, timedOut: boolean): RunError {
     if (err instanceof RunLimitError) return limitError(err.code, err.message);
     const message = err instanceof Error ? err.message : String(err);
     // isolated-vm's own verdict comes first: a memory kill is MEMORY_LIMIT even when the run's
@@ -227,9 +288,15 @@ export class Sandbox implements SandboxService {
     if (timedOut || /execution timed out/i.test(message)) {
       return limitError("TIMEOUT", `the run exceeded the time limit of ${this.limits.timeoutMs} ms`);
     }
-    if (this.pool.isClosed) return limitError("SANDBOX_CLOSED", "the sandbox was shut down during the run");
-    // Besides our time-out, isolated-vm disposes an isolate on its own only for its memory limit.
-    if (lease.isolate.isDisposed) return memoryError(this.limits.memoryMb);
+    if (this.pool.isClosed || this.users.isClosed) return limitError("SANDBOX_CLOSED", "the sandbox was shut down during the run");
+    if ("owner" in unit && unit.ended === "timeout") {
+      return limitError(
+        "TIMEOUT",
+        `the run was stopped with its user's isolate, which another run of the same user held past the time limit of ${this.limits.timeoutMs} ms`,
+      );
+    }
+    // Besides time-outs, isolated-vm disposes an isolate on its own only for its memory limit.
+    if (unit.isolate.isDisposed) return memoryError(this.limits.memoryMb);
     return limitError("SANDBOX_ERROR", clip(message, MAX_MESSAGE));
   }
 
@@ -247,6 +314,26 @@ export class Sandbox implements SandboxService {
     }
     this.pool.release(lease, ok);
   }
+}
+
+/** The guest's outputs (guest-component.ts `outputs`), or undefined for anything else. */
+function asOutputs(raw: unknown): GuestOutputs | undefined {
+  return typeof raw === "object" && raw !== null && !Array.isArray(raw) ? (raw as GuestOutputs) : undefined;
+}
+
+/** What the isolate answers within PING_DEADLINE_MS, or undefined (no answer, or an error). */
+async function answer<T>(call: Promise<T>): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), PING_DEADLINE_MS);
+  });
+  const settled = call.then(
+    (v) => v,
+    () => undefined,
+  );
+  const v = await Promise.race([settled, late]);
+  clearTimeout(timer);
+  return v;
 }
 
 function releaseAll(refs: readonly ivm.Reference[]): void {

@@ -102,6 +102,11 @@ export interface HttpResponse {
 export interface RunRequest {
   /** Output of compileComponent. */
   compiledCode: string;
+  /**
+   * The source's owner: runs of one user share an isolate that no other user's code ever enters.
+   * Absent, the source gets an isolate of its own.
+   */
+  userId?: string;
   /** Becomes process.env.PD_COMPONENT. */
   sourceId: string;
   /** `run(event)`, or one of the component's hooks (a missing hook is a successful no-op). */

@@ -60,7 +60,7 @@ describe("Sandbox against hostile code", () => {
   it("ends a memory hog with MEMORY_LIMIT", async () => {
     const r = await run(
       `module.exports = { name: "Hog", async run() { const a = []; while (true) a.push(new Array(1e6).fill(1)); } };`,
-      {},
+      { userId: "u_hog" },
       roomy,
     );
     expect(r.error?.code).toBe("MEMORY_LIMIT");
@@ -79,15 +79,18 @@ describe("Sandbox against hostile code", () => {
   });
 
   it("runs many hostile runs concurrently without hurting the healthy ones", async () => {
-    const loop = run(`module.exports = { name: "Loop", async run() { while (true) {} } };`);
+    // Each its own user: a user's runs share an isolate, so a loop holds up that user's other runs.
+    const loop = run(`module.exports = { name: "Loop", async run() { while (true) {} } };`, { userId: "u_loop" });
     // The hog gets the roomy time limit: with a busy CPU it may not fill 32 MB within 500 ms, and
     // a time-out would then be the right verdict (see "Memory tests get a roomy time limit").
     const hog = run(
       `module.exports = { name: "Hog", async run() { const a = []; while (true) a.push(new Array(1e6).fill(1)); } };`,
-      {},
+      { userId: "u_hog" },
       roomy,
     );
-    const fine = Array.from({ length: 5 }, (_, i) => run(`module.exports = { name: "ok", async run() { this.$emit(${i}); } };`));
+    const fine = Array.from({ length: 5 }, (_, i) =>
+      run(`module.exports = { name: "ok", async run() { this.$emit(${i}); } };`, { userId: `u_fine${i}` }),
+    );
     const [l, h, ...ok] = await Promise.all([loop, hog, ...fine]);
     expect(l?.error?.code).toBe("TIMEOUT");
     expect(h?.error?.code, JSON.stringify(h?.error)).toBe("MEMORY_LIMIT");

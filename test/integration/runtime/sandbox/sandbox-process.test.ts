@@ -83,7 +83,13 @@ describe("ProcessSandbox", () => {
     // On a starved CPU the memory limit's clean disposal can come first: then it is tried again.
     for (let attempt = 1; ; attempt++) {
       const [first] = b.processIds();
-      const bystander = b.run(request(`await new Promise((r) => setTimeout(r, 1500)); this.$emit("bystander done");`));
+      // Another user's run: in an isolate of its own (the culprit's takes its user's runs with it).
+      const bystander = b.run(
+        request(`await new Promise((r) => setTimeout(r, 1500)); this.$emit("bystander done");`, {
+          userId: "u_other",
+          sourceId: "dc_other",
+        }),
+      );
       const culprit = await b.run(request(CATASTROPHE));
       expect(culprit.error?.code).toBe("MEMORY_LIMIT");
       const caught = /in a way V8 could not contain \(Catastrophic out-of-memory error\)/.test(culprit.error?.msg ?? "");

@@ -293,7 +293,7 @@ describe("Sandbox.run", () => {
     expect(r.error).toMatchObject({ msg: "late" });
   });
 
-  it("queues runs beyond maxIsolates without charging them the wait", async () => {
+  it("queues runs of other users beyond maxIsolates without charging them the wait", async () => {
     const one = new Sandbox({ memoryMb: 32, timeoutMs: 1000 }, { maxIsolates: 1 });
     try {
       const compiledCode = await compileComponent(
@@ -301,7 +301,10 @@ describe("Sandbox.run", () => {
         { allowedPackages },
       );
       const started = Date.now();
-      const results = await Promise.all([1, 2, 3].map(() => one.run({ compiledCode, sourceId: "s", method: "run", props: {}, db: {} })));
+      // Three users: each needs an isolate of their own, and only one may live at a time.
+      const results = await Promise.all(
+        [1, 2, 3].map((i) => one.run({ compiledCode, userId: `u${i}`, sourceId: `s${i}`, method: "run", props: {}, db: {} })),
+      );
       expect(Date.now() - started).toBeGreaterThanOrEqual(290);
       for (const r of results) {
         expect(r.error).toBeUndefined();

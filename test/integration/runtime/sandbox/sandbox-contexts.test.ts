@@ -1,0 +1,283 @@
+import { afterAll, describe, expect, it } from "vitest";
+import { compileComponent } from "../../../../src/runtime/component/compile.js";
+import { Sandbox } from "../../../../src/runtime/sandbox/sandbox.js";
+import type { HostFetch, RunRequest } from "../../../../src/runtime/sandbox/types.js";
+
+/**
+ * Long-lived contexts (issue 12, user-isolates.ts): an isolate per user, a context per source and
+ * code. Module state persists between runs of one source and code, and nothing else does: not
+ * across sources, users, redeploys, evictions or time-outs, and no run sees the previous run's
+ * `this`, timers or fetches. Real isolates throughout.
+ */
+
+const allowedPackages = ["@pipedream/platform"];
+let release: (() => void) | undefined;
+const slowFetch: HostFetch = (url) =>
+  new Promise((resolve) => {
+    // Answers only when the test says so (after the run that asked has ended).
+    release = () => resolve({ status: 200, headers: {}, body: url });
+  });
+const sandbox = new Sandbox({ memoryMb: 32, timeoutMs: 1000 }, { fetch: slowFetch });
+afterAll(() => sandbox.close());
+
+async function compiled(code: string): Promise<string> {
+  return compileComponent(code, { allowedPackages });
+}
+
+function req(compiledCode: string, userId: string, sourceId: string, extra: Partial<RunRequest> = {}): RunRequest {
+  return { compiledCode, userId, sourceId, method: "run", props: {}, db: {}, ...extra };
+}
+
+async function emitted(box: Sandbox, r: RunRequest): Promise<unknown[]> {
+  const result = await box.run(r);
+  expect(result.error).toBeUndefined();
+  return result.emits.map((e) => e.event);
+}
+
+/** Counts its runs in module scope and reports what it can see of other code's traces. */
+const COUNTER = `let n = 0;
+module.exports = { name: "counter", async run(event) {
+  n++;
+  if (event && event.mark) {
+    globalThis.marked = event.mark;
+    Object.prototype.polluted = event.mark;
+    Array.prototype.tag = event.mark;
+  }
+  this.$emit({ n, marked: globalThis.marked ?? null, polluted: ({}).polluted ?? null, tag: [].tag ?? null });
+} };`;
+
+describe("module state", () => {
+  it("persists between runs of the same source and code", async () => {
+    const code = await compiled(COUNTER);
+    const ns: unknown[] = [];
+    for (let i = 0; i < 3; i++) ns.push(((await emitted(sandbox, req(code, "u_persist", "dc_persist")))[0] as { n: number }).n);
+    expect(ns).toEqual([1, 2, 3]);
+  });
+
+  it("is never seen by another source of the same user, nor by another user's source", async () => {
+    const code = await compiled(COUNTER);
+    const a = await emitted(sandbox, req(code, "u_a", "dc_a1", { event: { mark: "a1" } }));
+    expect(a[0]).toEqual({ n: 1, marked: "a1", polluted: "a1", tag: "a1" });
+    // The same code, another source of the same user: its own context, clean globals and prototypes.
+    expect((await emitted(sandbox, req(code, "u_a", "dc_a2")))[0]).toEqual({ n: 1, marked: null, polluted: null, tag: null });
+    // The same code and source id, another user: another isolate.
+    expect((await emitted(sandbox, req(code, "u_b", "dc_a1")))[0]).toEqual({ n: 1, marked: null, polluted: null, tag: null });
+    // The first source kept its own.
+    expect((await emitted(sandbox, req(code, "u_a", "dc_a1")))[0]).toEqual({ n: 2, marked: "a1", polluted: "a1", tag: "a1" });
+  });
+
+  it("starts over after a redeploy (new code) and after eviction", async () => {
+    const code = await compiled(COUNTER);
+    const redeployed = await compiled(COUNTER.replace('name: "counter"', 'name: "counter v2"'));
+    expect(((await emitted(sandbox, req(code, "u_redeploy", "dc_r")))[0] as { n: number }).n).toBe(1);
+    expect(((await emitted(sandbox, req(code, "u_redeploy", "dc_r")))[0] as { n: number }).n).toBe(2);
+    expect(((await emitted(sandbox, req(redeployed, "u_redeploy", "dc_r")))[0] as { n: number }).n).toBe(1);
+
+    // One context per isolate at most: a second source evicts the first one's context.
+    const tight = new Sandbox({ memoryMb: 32, timeoutMs: 1000 }, { maxContextsPerIsolate: 1 });
+    try {
+      expect(((await emitted(tight, req(code, "u_evict", "dc_e1")))[0] as { n: number }).n).toBe(1);
+      expect(((await emitted(tight, req(code, "u_evict", "dc_e1")))[0] as { n: number }).n).toBe(2);
+      expect(tight.contextCount).toBe(1);
+      await emitted(tight, req(code, "u_evict", "dc_e2"));
+      expect(tight.contextCount).toBe(1);
+      expect(((await emitted(tight, req(code, "u_evict", "dc_e1")))[0] as { n: number }).n).toBe(1);
+    } finally {
+      tight.close();
+    }
+  });
+
+  it("releases every context it evicts: many sources through a small cap leave the isolate's memory alone", async () => {
+    // 32 MB, at most 4 contexts: 100 sources, each holding 1 MB in module scope. A leaked context
+    // would keep its megabyte, and the isolate would hit its memory limit within a few sources.
+    const small = new Sandbox({ memoryMb: 32, timeoutMs: 5000 }, { maxContexts: 4 });
+    try {
+      const code = await compiled(
+        `const keep = new Array(128 * 1024).fill(0.5); module.exports = { name: "m", async run() { this.$emit(keep.length); } };`,
+      );
+      const failures: string[] = [];
+      for (let i = 0; i < 100; i++) {
+        const r = await small.run(req(code, "u_mem", `dc_mem${i}`));
+        if (r.error) failures.push(`${i}: ${r.error.code}`);
+      }
+      expect(failures).toEqual([]);
+      expect(small.contextCount).toBeLessThanOrEqual(4);
+    } finally {
+      small.close();
+    }
+  }, 60_000);
+});
+
+describe("per-run state", () => {
+  it("gives each run its own this: a this kept from an earlier run refuses to act", async () => {
+    const code = await compiled(`let kept;
+      module.exports = { name: "kept", props: { db: "$.service.db" }, async run(event) {
+        const out = { sameThis: kept === this, sawProp: this.greeting ?? null };
+        if (kept) {
+          for (const [what, f] of [["emit", () => kept.$emit("stale")], ["db", () => kept.db.set("k", 1)]]) {
+            try { f(); out[what] = "worked"; } catch (e) { out[what] = e.message; }
+          }
+        }
+        kept = this;
+        this.$emit(out);
+      } };`);
+    const first = await emitted(sandbox, req(code, "u_this", "dc_this", { props: { greeting: "hi" } }));
+    expect(first).toEqual([{ sameThis: false, sawProp: "hi" }]);
+    const second = await sandbox.run(req(code, "u_this", "dc_this", { props: {} }));
+    expect(second.emits.map((e) => e.event)).toEqual([
+      {
+        sameThis: false,
+        sawProp: null,
+        emit: "$emit: the run this belongs to has ended",
+        db: "db: the run this belongs to has ended",
+      },
+    ]);
+    expect(second.dbChanged).toBe(false);
+  });
+
+  it("never fires the previous run's timers nor settles its fetches into the next run", async () => {
+    const code = await compiled(`let runs = 0;
+      module.exports = { name: "leftovers", async run(event) {
+        runs++;
+        const me = runs;
+        if (me === 1) {
+          // Left behind: a timer due during the second run, and a fetch answered during it.
+          setTimeout(() => { console.log("timer of run 1"); this.$emit("timer of run 1"); }, 150);
+          fetch("http://example.test/one").then(() => console.log("fetch of run 1"), () => {});
+          return;
+        }
+        await new Promise((r) => setTimeout(r, 400));
+        this.$emit("run " + me + " done");
+      } };`);
+    const first = await sandbox.run(req(code, "u_left", "dc_left"));
+    expect(first.error).toBeUndefined();
+    const second = sandbox.run(req(code, "u_left", "dc_left"));
+    await new Promise((r) => setTimeout(r, 50));
+    release?.(); // run 1's fetch answers now, during run 2
+    const r2 = await second;
+    expect(r2.error).toBeUndefined();
+    expect(r2.emits.map((e) => e.event)).toEqual(["run 2 done"]);
+    expect(r2.logs).toEqual([]);
+  });
+
+  it("passes console, emits and db writes back with the run's result, within the run's limits", async () => {
+    const code = await compiled(`module.exports = { name: "out", props: { db: "$.service.db" }, async run() {
+      console.log("a", { b: 1 });
+      this.$emit({ x: 1 }, { id: "i1", summary: "s" });
+      this.db.set("n", (this.db.get("n") ?? 0) + 1);
+      this.db.set("gone", undefined);
+      try { this.$emit(1, { name: "bad\\u0001name" }); } catch (e) { console.error(e.message); }
+    } };`);
+    const r = await sandbox.run(req(code, "u_out", "dc_out", { db: { n: 41, gone: true } }));
+    expect(r.error).toBeUndefined();
+    expect(r.emits).toEqual([{ event: { x: 1 }, meta: { id: "i1", summary: "s" } }]);
+    expect(r.logs.map((l) => [l.k, l.msg])).toEqual([
+      ["console.log", "a { b: 1 }"],
+      ["console.error", "$emit: meta.name must not contain control characters"],
+    ]);
+    expect(r.dbChanged).toBe(true);
+    expect(r.db).toEqual({ n: 42 });
+  });
+});
+
+describe("containment", () => {
+  it("discards a timed-out run's context, keeps what it did, and leaves other users alone", async () => {
+    const box = new Sandbox({ memoryMb: 32, timeoutMs: 300 });
+    try {
+      const code = await compiled(`let n = 0;
+        module.exports = { name: "loop", async run(event) {
+          n++;
+          this.$emit({ n });
+          if (event && event.loop) while (true) {}
+        } };`);
+      const other = await compiled(COUNTER);
+      expect(await emitted(box, req(other, "u_bystander", "dc_by"))).toHaveLength(1);
+      expect(await emitted(box, req(code, "u_loop", "dc_loop"))).toEqual([{ n: 1 }]);
+      const looped = await box.run(req(code, "u_loop", "dc_loop", { event: { loop: true } }));
+      expect(looped.error?.code).toBe("TIMEOUT");
+      expect(looped.emits.map((e) => e.event)).toEqual([{ n: 2 }]);
+      // A fresh context: the module starts over.
+      expect(await emitted(box, req(code, "u_loop", "dc_loop"))).toEqual([{ n: 1 }]);
+      // The other user's context was not touched.
+      expect(((await emitted(box, req(other, "u_bystander", "dc_by")))[0] as { n: number }).n).toBe(2);
+    } finally {
+      box.close();
+    }
+  });
+
+  it("discards the context of a run that timed out waiting, and of a loop in a timer callback", async () => {
+    const box = new Sandbox({ memoryMb: 32, timeoutMs: 300 });
+    try {
+      const code = await compiled(`let n = 0;
+        module.exports = { name: "wait", async run(event) {
+          n++;
+          this.$emit({ n });
+          if (event === "wait") await new Promise(() => {});
+          if (event === "timer") await new Promise(() => setTimeout(() => { while (true) {} }, 10));
+        } };`);
+      expect(await emitted(box, req(code, "u_wait", "dc_wait"))).toEqual([{ n: 1 }]);
+      expect(await emitted(box, req(code, "u_wait", "dc_wait"))).toEqual([{ n: 2 }]);
+      const waited = await box.run(req(code, "u_wait", "dc_wait", { event: "wait" }));
+      expect(waited.error?.code).toBe("TIMEOUT");
+      expect(waited.emits.map((e) => e.event)).toEqual([{ n: 3 }]);
+      expect(await emitted(box, req(code, "u_wait", "dc_wait"))).toEqual([{ n: 1 }]);
+      const looped = await box.run(req(code, "u_wait", "dc_wait", { event: "timer" }));
+      expect(looped.error?.code).toBe("TIMEOUT");
+      expect(await emitted(box, req(code, "u_wait", "dc_wait"))).toEqual([{ n: 1 }]);
+    } finally {
+      box.close();
+    }
+  });
+
+  it("costs a memory hog only its own user's isolate", async () => {
+    const box = new Sandbox({ memoryMb: 32, timeoutMs: 10_000 });
+    try {
+      const counter = await compiled(COUNTER);
+      const hog = await compiled(
+        `module.exports = { name: "hog", async run() { const a = []; while (true) a.push("x".repeat(1000) + a.length); } };`,
+      );
+      await emitted(box, req(counter, "u_victim", "dc_v"));
+      await emitted(box, req(counter, "u_hog", "dc_h"));
+      expect((await box.run(req(hog, "u_hog", "dc_hog"))).error?.code).toBe("MEMORY_LIMIT");
+      // The hog's user lost their isolate (their other source starts over); the other user did not.
+      expect(((await emitted(box, req(counter, "u_hog", "dc_h")))[0] as { n: number }).n).toBe(1);
+      expect(((await emitted(box, req(counter, "u_victim", "dc_v")))[0] as { n: number }).n).toBe(2);
+    } finally {
+      box.close();
+    }
+  }, 30_000);
+});
+
+describe("the prelude", () => {
+  it("keeps working for the next runs when a component replaces the built-ins it uses", async () => {
+    const code = await compiled(`let runs = 0;
+      module.exports = { name: "tamper", props: { db: "$.service.db" }, methods: { m() { return "m"; } }, async run() {
+        runs++;
+        if (runs === 1) {
+          Object.keys = () => [];
+          Object.assign = () => ({});
+          Object.freeze = (o) => null;
+          Array.prototype.push = function () { return 0; };
+          Array.isArray = () => false;
+          Function.prototype.bind = function () { return () => "hijacked"; };
+          Promise.prototype.then = function () { throw new Error("hijacked then"); };
+          JSON.stringify = () => "{}";
+          Map.prototype.get = () => undefined;
+          Map.prototype.set = function () { return this; };
+          Date.now = () => 0;
+          globalThis.Promise = function () { throw new Error("hijacked Promise"); };
+          globalThis.Error = function () { return { message: "hijacked Error" }; };
+        }
+        console.log("run", runs);
+        this.db.set("runs", runs);
+        this.$emit({ runs, m: this.m(), db: this.db.get("runs") });
+      } };`);
+    const first = await sandbox.run(req(code, "u_tamper", "dc_tamper"));
+    expect(first.error).toBeUndefined();
+    const second = await sandbox.run(req(code, "u_tamper", "dc_tamper", { db: first.db }));
+    expect(second.error).toBeUndefined();
+    expect(second.emits.map((e) => e.event)).toEqual([{ runs: 2, m: "m", db: 2 }]);
+    expect(second.logs.map((l) => l.msg)).toEqual(["run 2"]);
+    expect(second.db).toEqual({ runs: 2 });
+  });
+});
