@@ -2,6 +2,7 @@ import type { Server } from "node:http";
 import { createApiFeature, type RouteEntry } from "./app/api-feature.js";
 import { createConnections } from "./app/connections.js";
 import { createCore } from "./app/core.js";
+import { ClusterNotSupportedError, redisTarget, requestCommandTimeoutMs } from "./app/redis-client.js";
 import { createDeliveryFeature } from "./app/delivery-feature.js";
 import { createOpsFeature } from "./app/ops-feature.js";
 import { processReadiness } from "./app/readiness.js";
@@ -28,7 +29,8 @@ export interface Daemon {
 export interface DaemonOptions {
   readonly config: Config;
   readonly logger: Logger;
-  readonly redisUrl: string;
+  /** REDIS_URL or the embedded server's; ignored when the config names sentinels (REDIS_SENTINELS). */
+  readonly redisUrl: string | undefined;
   readonly registryDir: string;
 }
 
@@ -41,9 +43,12 @@ export interface DaemonOptions {
 export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const { config, logger } = opts;
   const roles = new Set(config.roles);
+  // Redis Cluster needs the sharded key space first (README "Scaling out"): refused before anything opens.
+  if (config.redisHa.shape.kind === "cluster") throw new ClusterNotSupportedError();
   const shutdown = new Shutdown(config.shutdownTimeoutMs, logger);
   try {
-    const conns = createConnections(opts.redisUrl, { commandTimeoutMs: config.redisCommandTimeoutMs, logger });
+    const target = redisTarget(config, opts.redisUrl);
+    const conns = createConnections(target, { commandTimeoutMs: requestCommandTimeoutMs(config), logger });
     shutdown.on("redis", "connections", () => conns.closeAll());
     const core = createCore({ config, logger, conns, registryDir: opts.registryDir, shutdown });
 

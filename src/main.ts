@@ -1,12 +1,13 @@
 import path from "node:path";
-import { Redis } from "ioredis";
 import pRetry from "p-retry";
+import { ClusterNotSupportedError, openRedis, redisTarget } from "./app/redis-client.js";
 import { ConfigError, loadConfig } from "./config/load.js";
 import type { Config } from "./config/schema.js";
 import { type Daemon, startDaemon } from "./daemon.js";
 import { createLogger } from "./observability/logger.js";
 import { packageVersion, projectRoot } from "./paths.js";
 import { DataDirInUseError, RedisServerMissingError, startEmbeddedRedis, type EmbeddedRedis } from "./redis/embedded.js";
+import { isClusterNode } from "./store/server-info.js";
 
 /** An embedded redis-server that goes down more often than this is given up on (the daemon exits 1). */
 const EMBEDDED_REDIS_RESTARTS = { maxRestarts: 5, windowMs: 60_000 } as const;
@@ -24,11 +25,16 @@ async function main(): Promise<void> {
     }
     throw err;
   }
+  if (config.redisHa.shape.kind === "cluster") {
+    process.stderr.write(`tributary: ${new ClusterNotSupportedError().message}\n`);
+    process.exit(1);
+  }
   const logger = createLogger(config.logLevel);
 
   let embedded: EmbeddedRedis | undefined;
   let redisUrl = config.redisUrl;
-  if (!redisUrl) {
+  // The embedded server: no REDIS_URL and no other shape (REDIS_SENTINELS).
+  if (!redisUrl && config.redisHa.shape.kind === "single") {
     const dir = path.resolve(config.dataDir, "redis");
     try {
       embedded = await startEmbeddedRedis({
@@ -65,14 +71,22 @@ async function main(): Promise<void> {
   }
 
   // Redis may still be starting (compose, restarts): retry the first contact before giving up.
-  const probeUrl = redisUrl;
+  // Opened like every other connection (app/redis-client.ts): a Sentinel group is asked for its master.
+  const target = redisTarget(config, redisUrl);
+  let clusterNode = false;
   await pRetry(
     async () => {
-      const probe = new Redis(probeUrl, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null });
+      const probe = openRedis(target, {
+        lazyConnect: true,
+        maxRetriesPerRequest: 1,
+        retryStrategy: () => null,
+        sentinelRetryStrategy: () => null,
+      });
       probe.on("error", () => {});
       try {
         await probe.connect();
         await probe.ping();
+        clusterNode = await isClusterNode(probe);
       } finally {
         probe.disconnect();
       }
@@ -84,6 +98,14 @@ async function main(): Promise<void> {
       onFailedAttempt: ({ attemptNumber }) => logger.warn({ attemptNumber }, "redis not answering yet; retrying"),
     },
   );
+
+  if (clusterNode) {
+    process.stderr.write(
+      'tributary: the Redis server is a Redis Cluster node, which is not supported yet (REDIS_CLUSTER_NODES; README "Scaling out"); point REDIS_URL at a standalone Redis or use REDIS_SENTINELS\n',
+    );
+    await embedded?.close();
+    process.exit(1);
+  }
 
   let stopping = false;
   let daemon: Daemon | undefined;

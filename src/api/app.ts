@@ -50,6 +50,11 @@ export interface ApiDeps {
   readonly v1Modules?: readonly RouteModule[];
   /** HTTP source endpoints under /e/ (raw bodies, no API key). */
   readonly endpoints?: Middleware;
+  /**
+   * REDIS_MIN_REPLICAS_ACK: waits until a 2xx's writes are on enough replicas (api/middleware/replicated.ts);
+   * unset = answers go out as soon as the handler is done.
+   */
+  readonly acknowledgeWrites?: Middleware;
   /** The live tail's stream routes (`…/sse`, `/sse/…`), which authenticate by themselves (api/routes/live-tail.ts). */
   readonly liveTail?: { readonly streams: Middleware; readonly router: Router };
   /** The queue dashboard (api/queue-board.ts), served at /admin/queues behind the admin guard. */
@@ -140,6 +145,7 @@ export function createApp(deps: ApiDeps): Koa {
   app.silent = true;
   app.use(observeRequests(deps.metrics));
   app.use(errorHandler(deps.logger));
+  if (deps.acknowledgeWrites) app.use(deps.acknowledgeWrites);
   app.use(decodeDollar);
 
   const ops = router();

@@ -11,6 +11,8 @@ import { LiveTailStore } from "../store/live-tail.js";
 import { sourceEndpoints } from "../api/routes/source-endpoints.js";
 import type { MaintenanceJob } from "../queue/catalog.js";
 import { AuthCache } from "../store/auth-cache.js";
+import { ReplicaAck } from "../store/replica-ack.js";
+import { replicatedWrites } from "../api/middleware/replicated.js";
 import type { Connections } from "./connections.js";
 import type { Core } from "./core.js";
 import type { Shutdown } from "./shutdown.js";
@@ -51,8 +53,14 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
   });
   shutdown.on("http", "live tail", () => tail.close());
   const live = liveTailRoutes({ tail, authenticator: authCache, sources: services.sources, workflows: services.workflows });
+  // REDIS_MIN_REPLICAS_ACK: the connections a request writes through are the commands (stores,
+  // ingest) and the queue producers (source runs, replays, maintenance jobs).
+  const { minReplicasAck, replicaAckTimeoutMs } = config.redisHa;
+  const acknowledgeWrites =
+    minReplicasAck > 0 ? replicatedWrites(new ReplicaAck([conns.commands, conns.queues], minReplicasAck, replicaAckTimeoutMs)) : undefined;
   const app = createApp({
     authenticator: authCache,
+    ...(acknowledgeWrites ? { acknowledgeWrites } : {}),
     logger,
     metrics: core.metrics,
     adminToken: config.adminToken,

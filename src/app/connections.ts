@@ -1,5 +1,6 @@
-import { Redis, type RedisOptions } from "ioredis";
+import type { Redis, RedisOptions } from "ioredis";
 import type { Logger } from "../observability/logger.js";
+import { openRedis, type RedisTarget } from "./redis-client.js";
 
 /**
  * The Redis connections of a process, each named. Request-path connections fail fast while Redis
@@ -50,12 +51,18 @@ export interface ConnectionOptions {
 /** A connection error is logged at most this often per connection (an outage would flood the log). */
 const ERROR_LOG_EVERY_MS = 5000;
 
-export function createConnections(url: string, opts: ConnectionOptions): Connections {
+/**
+ * Opens the named connections to `target` (app/redis-client.ts: one node, a Sentinel master group;
+ * a plain URL is one node).
+ */
+export function createConnections(target: RedisTarget | string, opts: ConnectionOptions): Connections {
+  const to: RedisTarget =
+    typeof target === "string" ? { kind: "single", url: target, auth: { username: undefined, password: undefined } } : target;
   const failFast = { maxRetriesPerRequest: 2, commandTimeout: opts.commandTimeoutMs, enableReadyCheck: true } as const;
   const patient = { maxRetriesPerRequest: null, enableReadyCheck: true } as const;
   const opened = new Set<Redis>();
   const open = (name: string, options: RedisOptions): Redis => {
-    const c = new Redis(url, options);
+    const c = openRedis(to, options);
     let lastLog = 0;
     c.on("error", (err: Error) => {
       const now = Date.now();

@@ -4,6 +4,7 @@ import { parseArgs } from "node:util";
 import { pino } from "pino";
 import { createConnections } from "../app/connections.js";
 import { createCore } from "../app/core.js";
+import { ClusterNotSupportedError, redisTarget, requestCommandTimeoutMs } from "../app/redis-client.js";
 import { Shutdown } from "../app/shutdown.js";
 import { ConfigError, loadConfig } from "../config/load.js";
 import { AppError } from "../domain/errors.js";
@@ -21,7 +22,7 @@ const USAGE = `usage: tributary <command>
   healthcheck [--url URL]                                         exits 0 when URL/readyz answers 200 within 2 s, else 1
                                                                   with one line on stderr (default: http://127.0.0.1:$OPS_PORT or $PORT)
 
-The users commands read REDIS_URL (or the embedded Redis of a daemon started from this folder) and REDIS_KEY_PREFIX.`;
+The users commands read REDIS_URL or REDIS_SENTINELS (or the embedded Redis of a daemon started from this folder) and REDIS_KEY_PREFIX.`;
 
 export interface CliIo {
   stdout(text: string): void;
@@ -41,7 +42,10 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, 
   try {
     return await run(argv, env, io, opts);
   } catch (err) {
-    const message = err instanceof AppError || err instanceof ConfigError ? err.message : String((err as Error)?.message ?? err);
+    const message =
+      err instanceof AppError || err instanceof ConfigError || err instanceof ClusterNotSupportedError
+        ? err.message
+        : String((err as Error)?.message ?? err);
     io.stderr(`tributary: ${message}\n`);
     return 1;
   }
@@ -66,8 +70,10 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
     return values.help ? 0 : 2;
   }
   const config = loadConfig(env);
-  const url = config.redisUrl ?? readEmbeddedUrl(config.dataDir);
-  if (!url) {
+  const shape = config.redisHa.shape.kind;
+  if (shape === "cluster") throw new ClusterNotSupportedError();
+  const url = config.redisUrl ?? (shape === "single" ? readEmbeddedUrl(config.dataDir) : undefined);
+  if (!url && shape === "single") {
     io.stderr("tributary: set REDIS_URL (no embedded Redis of a running daemon was found under DATA_DIR)\n");
     return 1;
   }
@@ -78,7 +84,7 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
   // or listens. `users delete` is the admin API's UserDeletion: deactivate hooks run in a local
   // sandbox, timers are handed to the scheduler role through its control stream.
   const shutdown = new Shutdown(config.shutdownTimeoutMs, logger);
-  const conns = createConnections(url, { commandTimeoutMs: config.redisCommandTimeoutMs, logger, shared: true });
+  const conns = createConnections(redisTarget(config, url), { commandTimeoutMs: requestCommandTimeoutMs(config), logger, shared: true });
   shutdown.on("redis", "connections", () => conns.closeAll());
   const registryDir = opts.registryDir ?? path.join(projectRoot(), "registry");
   const core = createCore({ config, logger, conns, registryDir, shutdown });

@@ -1,4 +1,4 @@
-import { envSchema, type Config } from "./schema.js";
+import { envSchema, type Config, type Env, type RedisHaConfig } from "./schema.js";
 
 export class ConfigError extends Error {}
 
@@ -21,6 +21,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     throw new ConfigError(`invalid ${name}: ${issue?.message ?? "invalid value"}`);
   }
   const e = parsed.data;
+  const redisHa = redisHaConfig(e);
   return Object.freeze({
     port: e.PORT,
     host: e.HOST,
@@ -28,6 +29,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     redisUrl: e.REDIS_URL,
     keyPrefix: e.REDIS_KEY_PREFIX,
     redisCommandTimeoutMs: e.REDIS_COMMAND_TIMEOUT_MS,
+    redisHa,
     dataDir: e.DATA_DIR,
     publicUrl: (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, ""),
     adminToken: e.ADMIN_TOKEN,
@@ -70,5 +72,51 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     logLevel: e.LOG_LEVEL,
     version,
+  });
+}
+
+/** The shapes of SPEC §8, at most one of which may be set. */
+const SHAPE_VARIABLES = ["REDIS_URL", "REDIS_SENTINELS", "REDIS_CLUSTER_NODES"] as const;
+
+/** The Redis deployment shape and HA settings, with the checks that span several variables. */
+function redisHaConfig(e: Env): RedisHaConfig {
+  const set = SHAPE_VARIABLES.filter((name) => e[name] !== undefined);
+  if (set.length > 1) {
+    throw new ConfigError(
+      `conflicting Redis settings: ${set.join(" and ")} are ${set.length === 2 ? "both" : "all"} set; set only one of ${SHAPE_VARIABLES.join(", ")}`,
+    );
+  }
+  if (e.REDIS_SENTINELS && !e.REDIS_SENTINEL_NAME) {
+    throw new ConfigError("invalid REDIS_SENTINELS: needs REDIS_SENTINEL_NAME (the master group the sentinels monitor)");
+  }
+  for (const name of ["REDIS_SENTINEL_NAME", "REDIS_SENTINEL_PASSWORD"] as const) {
+    if (e[name] !== undefined && !e.REDIS_SENTINELS) throw new ConfigError(`invalid ${name}: only applies with REDIS_SENTINELS`);
+  }
+  if (e.REDIS_MIN_REPLICAS_ACK > 0) {
+    if (set.length === 0) {
+      throw new ConfigError(
+        "invalid REDIS_MIN_REPLICAS_ACK: needs REDIS_URL or REDIS_SENTINELS (the embedded redis-server has no replicas)",
+      );
+    }
+    const requestTimeout = Math.min(e.REDIS_COMMAND_TIMEOUT_MS, e.REDIS_FAILOVER_TIMEOUT_MS);
+    if (e.REDIS_REPLICA_ACK_TIMEOUT_MS >= requestTimeout) {
+      throw new ConfigError(
+        `invalid REDIS_REPLICA_ACK_TIMEOUT_MS: must be below REDIS_COMMAND_TIMEOUT_MS and REDIS_FAILOVER_TIMEOUT_MS (${requestTimeout} ms), which bound the WAIT`,
+      );
+    }
+  }
+  const shape: RedisHaConfig["shape"] = e.REDIS_SENTINELS
+    ? { kind: "sentinel", sentinels: Object.freeze(e.REDIS_SENTINELS), name: e.REDIS_SENTINEL_NAME as string }
+    : e.REDIS_CLUSTER_NODES
+      ? { kind: "cluster", nodes: Object.freeze(e.REDIS_CLUSTER_NODES) }
+      : { kind: "single" };
+  return Object.freeze({
+    shape: Object.freeze(shape),
+    username: e.REDIS_USERNAME,
+    password: e.REDIS_PASSWORD,
+    sentinelPassword: e.REDIS_SENTINEL_PASSWORD,
+    minReplicasAck: e.REDIS_MIN_REPLICAS_ACK,
+    replicaAckTimeoutMs: e.REDIS_REPLICA_ACK_TIMEOUT_MS,
+    failoverTimeoutMs: e.REDIS_FAILOVER_TIMEOUT_MS,
   });
 }

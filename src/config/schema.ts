@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { parseDurationList } from "../domain/duration.js";
 import type { UserLimits } from "../domain/limits.js";
+import { type HostPort, parseHostList } from "./host-list.js";
 
 /**
  * The one configuration schema. Every setting is an environment variable; its default is here and
@@ -22,6 +23,14 @@ const int = (min: number, max: number) =>
         .min(min, { message: `accepts an integer from ${min} to ${max}` })
         .max(max, { message: `accepts an integer from ${min} to ${max}` }),
     );
+const hostList = z.string().transform((s, ctx) => {
+  const parsed = parseHostList(s);
+  if (!parsed.ok) {
+    ctx.addIssue({ code: "custom", message: parsed.message });
+    return z.NEVER;
+  }
+  return parsed.nodes;
+});
 const ROLE_NAMES = ["api", "worker", "scheduler"] as const;
 export type Role = (typeof ROLE_NAMES)[number];
 
@@ -40,6 +49,32 @@ export const envSchema = z.object({
     .string()
     .regex(/^rediss?:\/\//, { message: "accepts a redis:// or rediss:// URL" })
     .optional(),
+  // High availability (SPEC §8). One shape at most: REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES.
+  /** Sentinels to ask for the master of REDIS_SENTINEL_NAME (host:port,...). */
+  REDIS_SENTINELS: hostList.optional(),
+  /** The master group the sentinels monitor (`sentinel monitor <name> ...`). */
+  REDIS_SENTINEL_NAME: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]{1,64}$/, { message: "accepts 1-64 characters of [A-Za-z0-9._-]" })
+    .optional(),
+  /** Password of the sentinels themselves, when they require one (REDIS_PASSWORD is the data nodes'). */
+  REDIS_SENTINEL_PASSWORD: z.string().min(1).optional(),
+  /** Seed nodes of a Redis Cluster (host:port,...). Not supported yet: the daemon refuses to start. */
+  REDIS_CLUSTER_NODES: hostList.optional(),
+  /** Password of the Redis data nodes, for every shape (overrides one in REDIS_URL). */
+  REDIS_PASSWORD: z.string().min(1).optional(),
+  /** ACL user of the Redis data nodes, for every shape (overrides one in REDIS_URL). */
+  REDIS_USERNAME: z.string().min(1).optional(),
+  /** Replicas that must confirm each acknowledged write (WAIT) before a 2xx; 0 = no WAIT. */
+  REDIS_MIN_REPLICAS_ACK: int(0, 100).default(0),
+  /** How long that WAIT may take; fewer confirmations by then answer 503 with Retry-After: 1. */
+  REDIS_REPLICA_ACK_TIMEOUT_MS: int(1, 600_000).default(1000),
+  /**
+   * The longest a request waits for Redis while it is unreachable (a failover): request-path
+   * commands fail (503) after min(this, REDIS_COMMAND_TIMEOUT_MS), and a connection attempt to a
+   * node that does not answer is given up after this long.
+   */
+  REDIS_FAILOVER_TIMEOUT_MS: int(100, 600_000).default(10_000),
   /** Prefix of every Redis key and BullMQ queue; lets several deployments (or tests) share one Redis. */
   REDIS_KEY_PREFIX: z
     .string()
@@ -166,6 +201,23 @@ export const envSchema = z.object({
 
 export type Env = z.infer<typeof envSchema>;
 
+/** Which Redis deployment the process talks to (SPEC §8). */
+export type RedisShape =
+  | { readonly kind: "single" }
+  | { readonly kind: "sentinel"; readonly sentinels: readonly HostPort[]; readonly name: string }
+  | { readonly kind: "cluster"; readonly nodes: readonly HostPort[] };
+
+export interface RedisHaConfig {
+  /** "single": REDIS_URL or the embedded server. */
+  readonly shape: RedisShape;
+  readonly username: string | undefined;
+  readonly password: string | undefined;
+  readonly sentinelPassword: string | undefined;
+  readonly minReplicasAck: number;
+  readonly replicaAckTimeoutMs: number;
+  readonly failoverTimeoutMs: number;
+}
+
 export interface Config {
   readonly port: number;
   readonly host: string;
@@ -173,6 +225,8 @@ export interface Config {
   readonly redisUrl: string | undefined;
   readonly keyPrefix: string;
   readonly redisCommandTimeoutMs: number;
+  /** The Redis deployment shape and its HA settings (SPEC §8). */
+  readonly redisHa: RedisHaConfig;
   readonly dataDir: string;
   readonly publicUrl: string;
   readonly adminToken: string | undefined;

@@ -67,10 +67,10 @@ export class TooManyRequestsError extends AppError {
   }
 }
 
-/** 503: a dependency (Redis) is unavailable. */
+/** 503: a dependency (Redis) is unavailable; `retryAfterSeconds` becomes the Retry-After header. */
 export class UnavailableError extends AppError {
-  constructor(message = "service temporarily unavailable") {
-    super(503, "unavailable", message, { "retry-after": "5" });
+  constructor(message = "service temporarily unavailable", retryAfterSeconds = 5) {
+    super(503, "unavailable", message, { "retry-after": String(retryAfterSeconds) });
   }
 }
 

@@ -22,7 +22,9 @@ function isRedisUnavailable(err: unknown): boolean {
   return (
     name === "MaxRetriesPerRequestError" ||
     msg === "Command timed out" ||
-    /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|connect ETIMEDOUT|LOADING|READONLY|MISCONF/.test(msg)
+    /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|connect ETIMEDOUT|LOADING|READONLY|MISCONF|NOREPLICAS|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|sentinels are unreachable/.test(
+      msg,
+    )
   );
 }
 
