@@ -44,8 +44,6 @@ export function createKeys(prefix: string) {
     endpoints: () => `${g}:endpoints`,
     /** string: "<user id> <source id>" of a live-tail browser token, by sha256(token); expires with it */
     tailToken: (tokenHash: string) => `${g}:sse-token:${tokenHash}`,
-    /** hash: id -> user id, for ids reached without a user (deliveries retried by admin, etc.) */
-    owners: () => `${g}:owners`,
 
     // ---- per user ----
     user: (userId: string) => `${u(userId)}:user`,
