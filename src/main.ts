@@ -9,6 +9,9 @@ import { packageVersion, projectRoot } from "./paths.js";
 import { DataDirInUseError, RedisServerMissingError, startEmbeddedRedis, type EmbeddedRedis } from "./redis/embedded.js";
 import { isClusterNode } from "./store/server-info.js";
 
+/** How long the first contact with Redis may take per attempt (connect, PING, INFO). */
+const PROBE_DEADLINE_MS = 3000;
+
 /** An embedded redis-server that goes down more often than this is given up on (the daemon exits 1). */
 const EMBEDDED_REDIS_RESTARTS = { maxRestarts: 5, windowMs: 60_000 } as const;
 
@@ -83,11 +86,26 @@ async function main(): Promise<void> {
         sentinelRetryStrategy: () => null,
       });
       probe.on("error", () => {});
+      // A stalled server (stopped process, dropped packets) accepts the TCP connection and then
+      // answers nothing: without a deadline the first contact, and so the start, would wait forever.
+      let timer: NodeJS.Timeout | undefined;
+      const stalled = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`Redis accepted the connection but did not answer within ${PROBE_DEADLINE_MS} ms`)),
+          PROBE_DEADLINE_MS,
+        );
+      });
       try {
-        await probe.connect();
-        await probe.ping();
-        clusterNode = await isClusterNode(probe);
+        await Promise.race([
+          (async () => {
+            await probe.connect();
+            await probe.ping();
+            clusterNode = await isClusterNode(probe);
+          })(),
+          stalled,
+        ]);
       } finally {
+        clearTimeout(timer);
         probe.disconnect();
       }
     },
@@ -95,7 +113,7 @@ async function main(): Promise<void> {
       retries: 8,
       minTimeout: 250,
       maxTimeout: 4000,
-      onFailedAttempt: ({ attemptNumber }) => logger.warn({ attemptNumber }, "redis not answering yet; retrying"),
+      onFailedAttempt: ({ attemptNumber, error }) => logger.warn({ attemptNumber, err: error.message }, "redis not answering yet; retrying"),
     },
   );
 

@@ -166,3 +166,29 @@ describe("a stalled Redis (SIGSTOP)", () => {
     });
   }, 150_000);
 });
+
+describe("a Redis already stalled when the daemon starts", () => {
+  it("says that Redis does not answer instead of hanging, and starts once Redis resumes", async () => {
+    const redis = await startRedisServer({ dir: path.join(dataDir, "redis-start"), port: await freePort(), appendfsync: "everysec" });
+    process.kill(redis.pid, "SIGSTOP");
+    let resumed = false;
+    try {
+      const daemon = spawnDaemon("daemon-stalled-start", {
+        REDIS_URL: redis.url,
+        REDIS_KEY_PREFIX: `stallstart${randomBytes(3).toString("hex")}`,
+        ADMIN_TOKEN,
+        PORT: String(await freePort()),
+        HOST: "127.0.0.1",
+        LOG_LEVEL: "warn",
+      });
+      // Each first-contact attempt gives up after its deadline and says why (it used to wait forever, silently).
+      await waitFor(() => daemon.logs().includes("did not answer within"), { timeoutMs: 30_000, what: "the stalled-Redis warning" });
+      process.kill(redis.pid, "SIGCONT");
+      resumed = true;
+      await waitForReady(daemon, 60_000);
+      expect((await timed(`${daemon.url}/readyz`)).status).toBe(200);
+    } finally {
+      if (!resumed) process.kill(redis.pid, "SIGCONT");
+    }
+  }, 120_000);
+});
