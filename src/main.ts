@@ -113,7 +113,8 @@ async function main(): Promise<void> {
       retries: 8,
       minTimeout: 250,
       maxTimeout: 4000,
-      onFailedAttempt: ({ attemptNumber, error }) => logger.warn({ attemptNumber, err: error.message }, "redis not answering yet; retrying"),
+      onFailedAttempt: ({ attemptNumber, error }) =>
+        logger.warn({ attemptNumber, err: error.message }, "redis not answering yet; retrying"),
     },
   );
 
