@@ -1,5 +1,6 @@
 import { limitReached, UNLIMITED, type UserLimits } from "../domain/limits.js";
 import { CAPPED_INSERT } from "./scripts/capped-insert.js";
+import { COMPARE_AND_SET } from "./scripts/compare-and-set.js";
 import { epochSeconds, parseStored, type StoreContext } from "./context.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { LocalChanges } from "./local-changes.js";
@@ -15,6 +16,9 @@ export interface WorkflowRecord {
   updated_at: number;
 }
 
+/** Compare-and-set rounds an update may lose to concurrent ones before it gives up (500). */
+const UPSERT_ATTEMPTS = 50;
+
 /** Workflows are chosen by the caller and registered the first time they are seen (SPEC §3). */
 export class WorkflowStore {
   /**
@@ -25,6 +29,7 @@ export class WorkflowStore {
   readonly changes = new LocalChanges();
 
   private readonly cappedInsert: ScriptCall;
+  private readonly compareAndSet: ScriptCall;
 
   constructor(
     private readonly ctx: StoreContext,
@@ -32,6 +37,7 @@ export class WorkflowStore {
     private readonly limits: UserLimits = UNLIMITED,
   ) {
     this.cappedInsert = defineScript(ctx.redis, CAPPED_INSERT);
+    this.compareAndSet = defineScript(ctx.redis, COMPARE_AND_SET);
   }
 
   key(userId: string, id: string): string {
@@ -66,24 +72,35 @@ export class WorkflowStore {
     patch: { name?: string | null; trigger_url?: string | null },
   ): Promise<{ workflow: WorkflowRecord; created: boolean }> {
     // register() is the single place that creates a workflow record (atomically with its list entry).
-    const created = await this.register(userId, id);
-    const workflow = await this.get(userId, id);
-    const nowS = epochSeconds(this.ctx.now());
-    const next: WorkflowRecord = {
-      ...(workflow ?? { id, name: null, trigger_url: null, created_at: nowS, updated_at: nowS }),
-      ...(patch.name !== undefined ? { name: patch.name } : {}),
-      ...(patch.trigger_url !== undefined ? { trigger_url: patch.trigger_url } : {}),
-      updated_at: epochSeconds(this.ctx.now()),
-    };
-    // Listener caches learn of the change from the message published in the same transaction.
+    let created = await this.register(userId, id);
+    const key = this.ctx.keys.workflow(userId, id);
+    // Listener caches learn of the change from the message published in the same step.
     const message = listenerChangeMessage(userId, id);
-    await this.ctx.redis
-      .multi()
-      .set(this.ctx.keys.workflow(userId, id), JSON.stringify(next))
-      .publish(this.ctx.keys.listenerChanges(), message)
-      .exec();
-    this.changes.emit(message);
-    return { workflow: next, created };
+    // Read, patch, write only if nothing changed meanwhile: two concurrent PUTs each keep their
+    // fields instead of the later one writing back what it read before the other's write.
+    for (let attempt = 0; ; attempt++) {
+      const raw = await this.ctx.redis.get(key);
+      if (raw === null) {
+        // Deleted since it was registered: register it again (with its list entry), then patch.
+        created = (await this.register(userId, id)) || created;
+        if (attempt >= UPSERT_ATTEMPTS) throw new Error(`workflow ${id} kept changing under its update`);
+        continue;
+      }
+      const workflow = parseStored<WorkflowRecord>(raw);
+      const nowS = epochSeconds(this.ctx.now());
+      const next: WorkflowRecord = {
+        ...(workflow ?? { id, name: null, trigger_url: null, created_at: nowS, updated_at: nowS }),
+        ...(patch.name !== undefined ? { name: patch.name } : {}),
+        ...(patch.trigger_url !== undefined ? { trigger_url: patch.trigger_url } : {}),
+        updated_at: nowS,
+      };
+      const written = await this.compareAndSet([key], [raw, JSON.stringify(next), this.ctx.keys.listenerChanges(), message]);
+      if (written === 1) {
+        this.changes.emit(message);
+        return { workflow: next, created };
+      }
+      if (attempt >= UPSERT_ATTEMPTS) throw new Error(`workflow ${id} kept changing under its update`);
+    }
   }
 
   async list(userId: string, page: PageRequest): Promise<Page<WorkflowRecord>> {
