@@ -191,3 +191,28 @@ export async function loopbackServer(handler: RequestListener): Promise<Loopback
     },
   };
 }
+
+// ---------------------------------------------------------------------------------------------
+// Request bodies of the error-contract and fuzz tests
+
+/** The daemon's default BODY_LIMIT_BYTES. */
+export const BODY_LIMIT = 512 * 1024;
+
+/** A JSON text of exactly `bytes` bytes: {"component_code":"xxx…"}. */
+export function jsonOfSize(bytes: number, key = "component_code"): string {
+  const shell = `{"${key}":""}`.length;
+  return `{"${key}":"${"x".repeat(bytes - shell)}"}`;
+}
+
+/** A body sent in chunks, without a content-length (transfer-encoding: chunked). */
+export function chunked(text: string, chunkBytes = 64 * 1024): ReadableStream<Uint8Array> {
+  const bytes = Buffer.from(text);
+  let offset = 0;
+  return new ReadableStream({
+    pull(controller) {
+      if (offset >= bytes.length) return controller.close();
+      controller.enqueue(bytes.subarray(offset, offset + chunkBytes));
+      offset += chunkBytes;
+    },
+  });
+}
