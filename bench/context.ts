@@ -77,7 +77,7 @@ export interface BenchContext {
   /** The bench user's API key ("" when no phase needs a daemon). */
   readonly key: string;
   log(msg: string): void;
-  cleanups: Cleanups;
+  readonly cleanups: Cleanups;
   /** Starts a new deployment; it becomes `deployment()`. */
   deploy(): Promise<Deployment>;
   /** The running deployment (started if none runs). */
@@ -109,7 +109,7 @@ export interface ContextOptions {
 
 const KEY_PREFIX = "trib"; // the daemon's default REDIS_KEY_PREFIX
 /** Workflows the bench user's webhook (the receiver) is subscribed to. */
-export const DRAIN_WORKFLOW = "p_bench_drain";
+const DRAIN_WORKFLOW = "p_bench_drain";
 export const LATENCY_WORKFLOW = "p_bench_lat";
 
 export async function buildContext(o: ContextOptions): Promise<BenchContext> {
