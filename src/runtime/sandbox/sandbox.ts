@@ -146,7 +146,14 @@ export class Sandbox implements SandboxService {
     let reusable = false;
     try {
       const execution = (async () => {
-        ctx = await this.users.takeContext(ui, req.sourceId, req.compiledCode, req.method === "run", remaining(deadline));
+        ctx = await this.users.takeContext(
+          ui,
+          req.sourceId,
+          req.codeKey ?? req.compiledCode,
+          req.compiledCode,
+          req.method === "run",
+          remaining(deadline),
+        );
         const c = ctx;
         c.bridge = bridge;
         // No isolated-vm `timeout` on these entries (see GuestEntries): the run's timer bounds them.
