@@ -200,7 +200,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     si
       ? `${fmt(si.load.reqPerSec)} req/s · p50 ${fmt(si.load.p50, 1)} ms · p99 ${fmt(si.load.p99, 1)} ms (200 "ok" answers only)${unitCost(si.cost, "request")}`
       : "not run",
-    si ? `${si.connections} connections (INLINE_RUNS_PER_SOURCE); all answers: ${statuses(si.load.statuses)}` : "—",
+    si ? `${si.connections} connections (SOURCE_INLINE_CONCURRENCY); all answers: ${statuses(si.load.statuses)}` : "—",
     "—",
     "(info)",
     "—",
