@@ -99,6 +99,7 @@ export class Sandbox implements SandboxService {
     });
     this.users = new UserIsolates({
       memoryMb: limits.memoryMb,
+      limits: { ...this.limits },
       maxIsolates: options.maxIsolates,
       maxContexts: options.maxContexts,
       maxContextsPerIsolate: options.maxContextsPerIsolate,
@@ -168,7 +169,6 @@ export class Sandbox implements SandboxService {
           sourceId: req.sourceId,
           props: req.props,
           event: req.event,
-          limits: this.limits,
           db: bridge.dbEntries(),
         };
         const options = { result: { promise: true, copy: true }, timeout: remaining(deadline) } as const;

@@ -19,6 +19,8 @@ import type { HostBridge, Reply } from "./host-bridge.js";
 
 export interface UserIsolatesOptions {
   memoryMb: number;
+  /** The run limits, handed to each context once when it is made (not with every run). */
+  limits?: Record<string, number> | undefined;
   maxIsolates?: number | undefined;
   maxContexts?: number | undefined;
   maxContextsPerIsolate?: number | undefined;
@@ -281,12 +283,13 @@ export class UserIsolates {
         (op: unknown, a: unknown, b: unknown, c: unknown, d: unknown, e: unknown): Reply =>
           ctx.bridge ? ctx.bridge.handle(op, a, b, c, d, e) : ["err", "the run has ended"],
       );
-      ui.prelude ??= await ui.isolate.compileScript(`(function ($0, $1) {${GUEST_PRELUDE_SOURCE}\n})`, {
+      ui.prelude ??= await ui.isolate.compileScript(`(function ($0, $1, $2) {${GUEST_PRELUDE_SOURCE}\n})`, {
         filename: "tributary-prelude.js",
       });
       const init = await ui.prelude.run(context, { reference: true, timeout: timeoutMs });
       try {
-        ctx.dispatch = await init.apply(undefined, [callback, maxArrayElements(this.opts.memoryMb)], {
+        const limits = this.opts.limits === undefined ? undefined : new ivm.ExternalCopy(this.opts.limits).copyInto({ release: true });
+        ctx.dispatch = await init.apply(undefined, [callback, maxArrayElements(this.opts.memoryMb), limits], {
           result: { reference: true },
           timeout: timeoutMs,
         });
