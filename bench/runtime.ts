@@ -377,13 +377,24 @@ export interface SandboxResult extends Summary {
   /** First runs of new sources of a warm user (a new context), and of new users (a new isolate too). */
   readonly coldSource?: Summary & { readonly cpuUsPerRun: number };
   readonly coldUser?: Summary & { readonly cpuUsPerRun: number };
+  /** Live contexts of a few users (sandbox-child.ts memoryPhase); MiB unless named KiB. */
+  readonly memory?: {
+    readonly sources: number;
+    readonly users: number;
+    readonly rssBeforeMiB: number;
+    readonly rssMiB: number;
+    readonly rssTotalMiB: number;
+    readonly rssPerIsolateMiB: number;
+    readonly rssPerContextKiB: number;
+    readonly isolateHeapUsedMiB: number;
+  };
 }
 
 /** (2) Sandbox run overhead, timed directly around Sandbox.run in a child process. */
 export async function sandboxPhase(runs: number, warmup: number): Promise<SandboxResult> {
   const child = spawnNode(
     "sandbox",
-    ["--no-node-snapshot", "--import", "tsx"],
+    ["--no-node-snapshot", "--expose-gc", "--import", "tsx"],
     "bench/sandbox-child.ts",
     [String(runs), String(warmup)],
     {},
