@@ -115,10 +115,9 @@ async function memoryPhase(sources: number, users: number): Promise<Record<strin
     for (let i = users; i < sources; i++) await run(`dc_mem_${i % users}_${Math.floor(i / users)}`, `u_mem_${i % users}`);
     const withContexts = await rssMiB();
     if (box.contextCount !== sources) throw new Error(`memory phase: ${box.contextCount} contexts live, not ${sources}`);
-    // biome-ignore lint/suspicious/noExplicitAny: the bench reads the isolates' heap statistics.
-    const isolates = [
-      ...((box as any).users.isolates as Map<string, { isolate: { getHeapStatisticsSync(): Record<string, number> } }>).values(),
-    ];
+    // The bench reads the isolates' heap statistics through the sandbox's private table.
+    type Isolates = { users: { isolates: Map<string, { isolate: { getHeapStatisticsSync(): Record<string, number> } }> } };
+    const isolates = [...(box as unknown as Isolates).users.isolates.values()];
     let heapUsed = 0;
     let external = 0;
     for (const ui of isolates) {
