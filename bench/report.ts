@@ -200,7 +200,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     si
       ? `${fmt(si.load.reqPerSec)} req/s · p50 ${fmt(si.load.p50, 1)} ms · p99 ${fmt(si.load.p99, 1)} ms (200 "ok" answers only)${unitCost(si.cost, "request")}`
       : "not run",
-    si ? `${si.connections} connections (INLINE_RUNS_PER_SOURCE); all answers: ${statuses(si.load.statuses)}` : "—",
+    si ? `${si.connections} connections (SOURCE_INLINE_CONCURRENCY); all answers: ${statuses(si.load.statuses)}` : "—",
     "—",
     "(info)",
     "—",
@@ -222,6 +222,18 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     "—",
     "(info)",
     sb ? (Object.keys(sb.errors).length === 0 ? "every run ok" : "❌ runs failed") : "—",
+    "—",
+  ]);
+  const mem = sb?.memory;
+  rows.push([
+    `6b. Sandbox memory: ${mem ? `${fmt(mem.sources)} live source contexts of ${fmt(mem.users)} users` : "live contexts"}`,
+    mem
+      ? `**${fmt(mem.rssTotalMiB, 0)} MiB RSS** for all of them (process ${fmt(mem.rssMiB, 0)} MiB, ${fmt(mem.rssBeforeMiB, 0)} MiB before) · ${fmt(mem.rssPerIsolateMiB, 2)} MiB per isolate (with its first context) · ${fmt(mem.rssPerContextKiB, 0)} KiB per further context`
+      : "not run",
+    mem ? `isolates' used heap ${fmt(mem.isolateHeapUsedMiB, 0)} MiB in all; RSS read after the host's GC` : "—",
+    "—",
+    "≤ 300 MB RSS (1,000 contexts of 10 users)",
+    mem ? (mem.rssTotalMiB * 1.048576 <= 300 ? "within the target" : "over the target") : "—",
     "—",
   ]);
   const tm = r.timer;

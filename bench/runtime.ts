@@ -7,7 +7,7 @@ import { performance } from "node:perf_hooks";
 import { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { QUEUES } from "../src/queue/catalog.js";
-import { INLINE_RUNS_PER_SOURCE } from "../src/runtime/source-requests.js";
+import { DEFAULT_INLINE_RUNS_PER_SOURCE } from "../src/runtime/source-requests.js";
 import { schedulerId } from "../src/runtime/timers.js";
 import { spawnNode } from "./child.js";
 import { api, apiData } from "./daemon-process.js";
@@ -268,15 +268,18 @@ export interface InlineResult {
 
 /**
  * (1b) An HTTP source with a custom response: each request runs the component inline (in the API
- * process) and answers with its `this.http.respond()`. A source allows INLINE_RUNS_PER_SOURCE
- * such runs at once, so the load uses that many connections; refused requests (429) are counted.
+ * process) and answers with its `this.http.respond()`. A source allows SOURCE_INLINE_CONCURRENCY
+ * such runs at once (its default unless BENCH_DAEMON_ENV sets it), so the load uses that many
+ * connections; refused requests (429) are counted.
  */
 export async function sourceInlinePhase(c: RuntimeContext): Promise<InlineResult> {
   const source = await createSource(c, "bench-http-inline", INLINE_COMPONENT);
   try {
     const url = endpointOf(source);
     const body = JSON.stringify(smallEvent(1));
-    const connections = INLINE_RUNS_PER_SOURCE;
+    const connections = Number(
+      /(?:^|,)SOURCE_INLINE_CONCURRENCY=(\d+)/.exec(process.env.BENCH_DAEMON_ENV ?? "")?.[1] ?? DEFAULT_INLINE_RUNS_PER_SOURCE,
+    );
     if (c.warmupS > 0) await hammerStatus({ url, body, durationS: Math.min(c.warmupS, 1), connections, expect: 200 });
     const load = await hammerStatus({ url, body, durationS: c.durationS, connections, expect: 200 });
     c.ensureAlive();
@@ -374,13 +377,24 @@ export interface SandboxResult extends Summary {
   /** First runs of new sources of a warm user (a new context), and of new users (a new isolate too). */
   readonly coldSource?: Summary & { readonly cpuUsPerRun: number };
   readonly coldUser?: Summary & { readonly cpuUsPerRun: number };
+  /** Live contexts of a few users (sandbox-child.ts memoryPhase); MiB unless named KiB. */
+  readonly memory?: {
+    readonly sources: number;
+    readonly users: number;
+    readonly rssBeforeMiB: number;
+    readonly rssMiB: number;
+    readonly rssTotalMiB: number;
+    readonly rssPerIsolateMiB: number;
+    readonly rssPerContextKiB: number;
+    readonly isolateHeapUsedMiB: number;
+  };
 }
 
 /** (2) Sandbox run overhead, timed directly around Sandbox.run in a child process. */
 export async function sandboxPhase(runs: number, warmup: number): Promise<SandboxResult> {
   const child = spawnNode(
     "sandbox",
-    ["--no-node-snapshot", "--import", "tsx"],
+    ["--no-node-snapshot", "--expose-gc", "--import", "tsx"],
     "bench/sandbox-child.ts",
     [String(runs), String(warmup)],
     {},

@@ -8,8 +8,16 @@
  * Then the cold case (issue 12): `COLD_RUNS` (100) first runs of as many new sources of one user
  * whose isolate is already warm (a new context: prelude + module), and `COLD_RUNS / 4` first runs
  * of new users (a new isolate too). Each is timed on its own.
+ *
+ * Then memory (issue 12 item 7): in a fresh Sandbox, `MEM_USERS` (10) users each get one live
+ * source context (so an isolate each), then `MEM_SOURCES` (1000) sources in all share them evenly;
+ * the process's RSS is read before, after the isolates and after the contexts, each time after
+ * V8's garbage collection of the host heap (`--expose-gc`, when given) and a short settle. The
+ * isolates' own heap statistics (used heap, external memory) are summed too. `MEM_SOURCES=0`
+ * skips it.
  */
 import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
 import { compileComponent } from "../src/runtime/component/compile.js";
 import { Sandbox } from "../src/runtime/sandbox/sandbox.js";
 import { ROOT } from "./child.js";
@@ -27,6 +35,7 @@ const TRIVIAL = `module.exports = {
 
 const compiledCode = await compileComponent(TRIVIAL, { allowedPackages: ["@pipedream/platform"], resolveDir: ROOT });
 const sandbox = new Sandbox({ memoryMb: 64, timeoutMs: 10_000 });
+let memory: Record<string, number> | undefined;
 const event = { seq: 1, kind: "bench", msg: "hello from the bench", n: 42, ok: true };
 /** Failed runs by error code: counted (and reported), not fatal, so a sandbox defect shows in the table. */
 const errors: Record<string, number> = {};
@@ -69,10 +78,68 @@ try {
   };
   const coldSource = await timed(coldRuns, (i) => [`dc_cold_${i}`, "u_bench"]);
   const coldUser = await timed(Math.max(1, Math.floor(coldRuns / 4)), (i) => [`dc_coldu_${i}`, `u_cold_${i}`]);
+  sandbox.close();
+  const memSources = Number(process.env.MEM_SOURCES ?? 1000);
+  if (memSources > 0) memory = await memoryPhase(memSources, Math.max(1, Number(process.env.MEM_USERS ?? 10)));
   process.stdout.write(
-    `RESULT ${JSON.stringify({ ...summarize(ms), runs, warmup, wallMs, cpuUsPerRun: (cpu.user + cpu.system) / runs, errors, firstError, coldSource, coldUser })}\n`,
+    `RESULT ${JSON.stringify({ ...summarize(ms), runs, warmup, wallMs, cpuUsPerRun: (cpu.user + cpu.system) / runs, errors, firstError, coldSource, coldUser, memory })}\n`,
   );
 } finally {
   sandbox.close();
+}
+
+/** RSS after the host's GC (when exposed) and a short settle, in MiB. */
+async function rssMiB(): Promise<number> {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  for (let i = 0; i < 2; i++) {
+    gc?.();
+    await sleep(50);
+  }
+  return process.memoryUsage().rss / 2 ** 20;
+}
+
+/** Memory of `sources` live contexts of `users` users (an isolate each), in a Sandbox of its own. */
+async function memoryPhase(sources: number, users: number): Promise<Record<string, number>> {
+  const box = new Sandbox(
+    { memoryMb: 64, timeoutMs: 10_000 },
+    { maxIsolates: users, maxContexts: sources, maxContextsPerIsolate: Math.ceil(sources / users) },
+  );
+  try {
+    const run = async (sourceId: string, userId: string) => {
+      const r = await box.run({ compiledCode, userId, sourceId, method: "run", props: {}, db: {}, event });
+      if (r.error || r.emits.length !== 1) throw new Error(`memory phase: run of ${sourceId} failed (${r.error?.code ?? r.emits.length})`);
+    };
+    const before = await rssMiB();
+    for (let u = 0; u < users; u++) await run(`dc_mem_${u}_0`, `u_mem_${u}`);
+    const withIsolates = await rssMiB();
+    for (let i = users; i < sources; i++) await run(`dc_mem_${i % users}_${Math.floor(i / users)}`, `u_mem_${i % users}`);
+    const withContexts = await rssMiB();
+    if (box.contextCount !== sources) throw new Error(`memory phase: ${box.contextCount} contexts live, not ${sources}`);
+    // The bench reads the isolates' heap statistics through the sandbox's private table.
+    type Isolates = { users: { isolates: Map<string, { isolate: { getHeapStatisticsSync(): Record<string, number> } }> } };
+    const isolates = [...(box as unknown as Isolates).users.isolates.values()];
+    let heapUsed = 0;
+    let external = 0;
+    for (const ui of isolates) {
+      const h = ui.isolate.getHeapStatisticsSync();
+      heapUsed += h.used_heap_size ?? 0;
+      external += h.externally_allocated_size ?? 0;
+    }
+    const mib = 2 ** 20;
+    return {
+      sources,
+      users,
+      rssBeforeMiB: before,
+      rssMiB: withContexts,
+      rssTotalMiB: withContexts - before,
+      rssPerIsolateMiB: (withIsolates - before) / users,
+      rssPerContextKiB: ((withContexts - withIsolates) * 1024) / (sources - users),
+      isolateHeapUsedMiB: heapUsed / mib,
+      isolateExternalMiB: external / mib,
+      hostGc: typeof (globalThis as { gc?: unknown }).gc === "function" ? 1 : 0,
+    };
+  } finally {
+    box.close();
+  }
 }
 process.exit(0);

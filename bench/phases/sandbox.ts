@@ -19,6 +19,12 @@ export const sandbox: Phase = {
     ] as const) {
       if (c) log(`  ${what}: p50 ${fmt(c.p50, 3)} ms, p99 ${fmt(c.p99, 3)} ms, CPU ${fmt(c.cpuUsPerRun)} µs per run (${c.count} runs)`);
     }
+    const m = x.memory;
+    if (m) {
+      log(
+        `  memory: ${m.sources} live contexts of ${m.users} users: ${fmt(m.rssTotalMiB, 0)} MiB RSS (process ${fmt(m.rssMiB, 0)} MiB); ${fmt(m.rssPerIsolateMiB, 2)} MiB per isolate, ${fmt(m.rssPerContextKiB, 0)} KiB per context`,
+      );
+    }
     return { sandbox: x };
   },
 };

@@ -49,6 +49,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     sandboxTimeoutMs: e.SANDBOX_TIMEOUT_MS,
     sandboxAllowedPackages: Object.freeze(e.SANDBOX_ALLOWED_PACKAGES),
     sourceRunConcurrency: e.SOURCE_RUN_CONCURRENCY,
+    sourceInlineConcurrency: e.SOURCE_INLINE_CONCURRENCY,
     sourceHttpRatePerSecond: e.SOURCE_HTTP_RATE_PER_SECOND,
     limits: Object.freeze({
       workflows: e.MAX_WORKFLOWS_PER_USER,

@@ -156,6 +156,8 @@ export const envSchema = z.object({
     ),
   /** Concurrent source runs per worker process. */
   SOURCE_RUN_CONCURRENCY: int(1, 256).default(4),
+  /** customResponse runs of one source answered at once per API process (past it: 429). */
+  SOURCE_INLINE_CONCURRENCY: int(1, 256).default(2),
   /** Average HTTP requests per second accepted by one source endpoint (burst is 2x). */
   SOURCE_HTTP_RATE_PER_SECOND: int(1, 100_000).default(10),
   // Per-user limits (docs/security.md); 0 = unlimited. Past a count: 429 limit_exceeded.
@@ -246,6 +248,7 @@ export interface Config {
   readonly sandboxTimeoutMs: number;
   readonly sandboxAllowedPackages: readonly string[];
   readonly sourceRunConcurrency: number;
+  readonly sourceInlineConcurrency: number;
   readonly sourceHttpRatePerSecond: number;
   /** Per-user limits; 0 = unlimited. */
   readonly limits: UserLimits;

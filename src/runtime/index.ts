@@ -125,6 +125,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     queue: d.sourceRunQueue,
     logger: d.logger,
     now: d.now,
+    inlinePerSource: config.sourceInlineConcurrency,
   });
   let workers: RuntimeWorkers | undefined;
   let scheduler: TimerScheduler | undefined;

@@ -4,6 +4,7 @@ import { newId, type RandomBytes } from "../domain/ids.js";
 import type { EmitInput, Ingest } from "../events/ingest.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
+import { CompiledCodeCache, codeKey } from "./compiled-code.js";
 import type { ComponentCatalog } from "./ports.js";
 import type { ComponentRecord } from "../store/components.js";
 import { DedupeStateStore } from "../store/dedupe-state.js";
@@ -45,6 +46,8 @@ export interface RunnerDeps {
   logger: Logger;
   now: () => number;
   randomBytes: RandomBytes;
+  /** Compiled code kept between runs (default: a new cache of DEFAULT_COMPILED_CACHE_BYTES). */
+  compiledCache?: CompiledCodeCache;
 }
 
 /**
@@ -69,9 +72,12 @@ export function runOutcome(errorCode: string | undefined): "ok" | "timeout" | "s
 
 export class SourceRunner {
   private readonly dedupe: DedupeStateStore;
+  /** Compiled bundles by component and code hash: no Redis read of the bundle per run. */
+  readonly compiledCache: CompiledCodeCache;
 
   constructor(private readonly d: RunnerDeps) {
     this.dedupe = new DedupeStateStore(d.redis, d.keys);
+    this.compiledCache = d.compiledCache ?? new CompiledCodeCache();
   }
 
   async run(spec: RunSpec): Promise<RunOutcome> {
@@ -115,11 +121,13 @@ export class SourceRunner {
     onRespond?: (r: HttpResponse) => void,
     dbState?: Record<string, unknown>,
   ): Promise<RunResult> {
-    const compiledCode = await this.d.components.compiled(source.user_id, component);
+    const key = codeKey(component);
+    const compiledCode = await this.compiledCache.get(key, () => this.d.components.compiled(source.user_id, component));
     const db = dbState ?? (await this.d.sources.db(source.user_id, source.id)) ?? {};
     const sandbox = onRespond ? this.d.inlineSandbox : this.d.sandbox;
     return sandbox.run({
       compiledCode,
+      codeKey: key,
       userId: source.user_id,
       sourceId: source.id,
       method,

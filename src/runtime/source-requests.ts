@@ -24,13 +24,17 @@ export interface SourceRequestDeps {
   queue: Queue;
   logger: Logger;
   now: () => number;
+  /** customResponse runs of one source at once in this process (SOURCE_INLINE_CONCURRENCY; default 2). */
+  inlinePerSource?: number;
 }
 
 /**
- * Inline runs in flight in this process, per source and per user. Each holds an isolate for up to
- * the run time limit, so one user's slow or looping component must not take them all.
+ * Inline runs in flight in this process, per source (SOURCE_INLINE_CONCURRENCY, this by default)
+ * and per user (this, or the per-source setting if larger). Each holds a context of its user's
+ * isolate for up to the run time limit, so one user's slow or looping component must not take
+ * them all.
  */
-export const INLINE_RUNS_PER_SOURCE = 2;
+export const DEFAULT_INLINE_RUNS_PER_SOURCE = 2;
 export const INLINE_RUNS_PER_USER = 4;
 
 /** Sends a component's custom answer; `sent: false` when it may not be sent (domain/custom-response.ts). */
@@ -55,8 +59,13 @@ class InFlight {
  */
 export class SourceRequests {
   private readonly inFlight = new InFlight();
+  private readonly perSource: number;
+  private readonly perUser: number;
 
-  constructor(private readonly d: SourceRequestDeps) {}
+  constructor(private readonly d: SourceRequestDeps) {
+    this.perSource = d.inlinePerSource ?? DEFAULT_INLINE_RUNS_PER_SOURCE;
+    this.perUser = Math.max(INLINE_RUNS_PER_USER, this.perSource);
+  }
 
   /** The active source behind `token`, once its rate, the user's ingress rate and quota admit one more request. */
   async admit(token: string): Promise<SourceRecord> {
@@ -106,7 +115,7 @@ export class SourceRequests {
     const userId = source.user_id;
     const sourceId = source.id;
     const inFlight = this.inFlight;
-    if (inFlight.count(sourceId) >= INLINE_RUNS_PER_SOURCE || inFlight.count(userId) >= INLINE_RUNS_PER_USER) {
+    if (inFlight.count(sourceId) >= this.perSource || inFlight.count(userId) >= this.perUser) {
       throw new TooManyRequestsError("too many requests to this source are being answered right now", 1, "too_many_inline_runs");
     }
     inFlight.add(sourceId, 1);

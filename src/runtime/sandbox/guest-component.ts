@@ -355,7 +355,7 @@ let component;
 /** Forgets everything of the previous run: its outputs, timers, fetches and this. */
 function resetRun(payload) {
   epoch++;
-  limits = payload.limits;
+  if (payload.limits) limits = payload.limits;
   consoleOn = true;
   logLines = 0;
   droppedLogs = 0;

@@ -8,10 +8,11 @@ import { GUEST_TIMERS_SOURCE } from "./guest-timers.js";
 import { CROSSING_LIMITS, DB_WRITE_BUDGET_STATES, DEFAULT_LIMITS, EMIT_BUDGET_EVENTS } from "./types.js";
 
 /**
- * Guest code run first in every fresh context, as the body of a function `($0, $1) => dispatch`
+ * Guest code run first in every fresh context, as the body of a function `($0, $1, $2) => dispatch`
  * (compiled once per isolate, see IsolatePool.install) whose `$0` is the host's synchronous
- * `Callback` (host-bridge.ts), which arrives as a plain function, and `$1` the longest array the
- * isolate's built-ins accept (guest-lengths.ts). It installs the globals component code may use (`console`, `fetch`, timers, `process`,
+ * `Callback` (host-bridge.ts), which arrives as a plain function, `$1` the longest array the
+ * isolate's built-ins accept (guest-lengths.ts) and `$2` the run limits (a copy; absent for
+ * metadata reads). It installs the globals component code may use (`console`, `fetch`, timers, `process`,
  * `btoa`/`atob`) and returns `dispatch(op, ...)`, which the host holds as a Reference:
  *
  * - `dispatch("load", factory)` evaluates the component module and describes it (metadata read);
@@ -46,8 +47,9 @@ export const GUEST_PRELUDE_SOURCE =
   `"use strict";
 const hostCallback = $0;
 const K = ${JSON.stringify(GUEST_CONSTANTS)};
-// The run's limits (types.ts); runComponent replaces them with the sandbox's own.
-let limits = ${JSON.stringify(DEFAULT_LIMITS)};
+// The run's limits (types.ts): the sandbox's own, given once when a source context is made ($2),
+// or these defaults (metadata reads); a run's payload may still carry its own.
+let limits = $2 || ${JSON.stringify(DEFAULT_LIMITS)};
 // The context lives as long as its source's code (sandbox.ts): component code may replace any
 // global or built-in method between runs. What the prelude uses on every run is captured here,
 // before component code exists; the constructors are shadowed so a replaced global is never used.

@@ -103,7 +103,7 @@ export class IsolatePool {
    * guest-prelude.ts).
    */
   async install(lease: Lease, context: ivm.Context, callback: ivm.Callback, timeoutMs: number): Promise<ivm.Reference> {
-    lease.prelude ??= await lease.isolate.compileScript(`(function ($0, $1) {${GUEST_PRELUDE_SOURCE}\n})`, {
+    lease.prelude ??= await lease.isolate.compileScript(`(function ($0, $1, $2) {${GUEST_PRELUDE_SOURCE}\n})`, {
       filename: "tributary-prelude.js",
     });
     const init = await lease.prelude.run(context, { reference: true, timeout: timeoutMs });

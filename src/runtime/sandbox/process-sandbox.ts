@@ -24,6 +24,8 @@ export interface ProcessSandboxOptions {
   maxIdleIsolates?: number;
   /** Isolates alive at once (default 16); more runs wait their turn. */
   maxIsolates?: number;
+  /** Bytes of compiled code a sandbox process keeps by key between runs (default 64 MB). */
+  codeCacheBytes?: number;
   /** Told when a sandbox process ended other than by close(): the daemon logs it. */
   onCrash?: (crash: SandboxCrash) => void;
 }
@@ -38,13 +40,20 @@ export class ProcessSandbox implements SandboxService {
   private current: SandboxProcess | undefined;
   private readonly processes = new Set<SandboxProcess>();
   private closed = false;
+  /** codeTransfers of processes that have ended. */
+  private ended = 0;
   private readonly config: SandboxHostConfig;
 
   constructor(
     limits: SandboxLimits,
     private readonly options: ProcessSandboxOptions = {},
   ) {
-    this.config = { limits, maxIsolates: options.maxIsolates, maxIdleIsolates: options.maxIdleIsolates };
+    this.config = {
+      limits,
+      maxIsolates: options.maxIsolates,
+      maxIdleIsolates: options.maxIdleIsolates,
+      codeCacheBytes: options.codeCacheBytes,
+    };
   }
 
   async run(req: RunRequest): Promise<RunResult> {
@@ -78,6 +87,13 @@ export class ProcessSandbox implements SandboxService {
     if (!this.closed) this.process();
   }
 
+  /** Times compiled code crossed to a sandbox process (tests, operators' tools). */
+  get codeTransfers(): number {
+    let n = this.ended;
+    for (const p of this.processes) n += p.codeTransfers;
+    return n;
+  }
+
   /** The ids of the sandbox processes alive (operators' tools and tests). */
   processIds(): number[] {
     return [...this.processes].flatMap((p) => (p.pid === undefined ? [] : [p.pid]));
@@ -99,6 +115,7 @@ export class ProcessSandbox implements SandboxService {
       },
       onExit: (crash, expected) => {
         this.processes.delete(p);
+        this.ended += p.codeTransfers;
         if (this.current === p) this.current = undefined;
         if (!expected) this.options.onCrash?.(crash);
       },

@@ -1,3 +1,4 @@
+import { CompiledCodeCache } from "../compiled-code.js";
 import { endProcessNow } from "../fatal.js";
 import { Sandbox } from "./sandbox.js";
 import { type FromHost, SANDBOX_HOST_CONFIG_ENV, type SandboxHostConfig, type ToHost } from "./sandbox-ipc.js";
@@ -38,6 +39,8 @@ let draining = false;
 let closing = false;
 let nextFetchId = 1;
 const fetches = new Map<number, { resolve: (r: HostFetchResponse) => void; reject: (err: Error) => void }>();
+/** Compiled code by key: the daemon sends a code once, and later runs of it name it only. */
+const codes = new CompiledCodeCache(config.codeCacheBytes);
 
 /** Sends a message; resolves once it is handed to the channel (the daemon may be gone: ignored). */
 function send(msg: FromHost): Promise<void> {
@@ -118,8 +121,23 @@ process.on("message", (raw: unknown) => {
       }
       if (msg.t === "run") {
         const { id, req, respond } = msg;
+        let compiledCode = msg.code;
+        if (compiledCode === undefined) {
+          compiledCode = req.codeKey === undefined ? undefined : codes.peek(req.codeKey);
+          if (compiledCode === undefined) {
+            void send({ t: "needCode", id });
+            return;
+          }
+        } else if (req.codeKey !== undefined) {
+          codes.keep(req.codeKey, compiledCode);
+        }
+        const code = compiledCode;
         const onRespond = respond ? (response: HttpResponse) => void send({ t: "respond", id, response }) : undefined;
-        void serve(id, async () => ({ t: "ran", id, result: await sandbox.run({ ...req, ...(onRespond ? { onRespond } : {}) }) }));
+        void serve(id, async () => ({
+          t: "ran",
+          id,
+          result: await sandbox.run({ ...req, compiledCode: code, ...(onRespond ? { onRespond } : {}) }),
+        }));
       } else {
         const { id, code, timeoutMs } = msg;
         void serve(id, async () => ({ t: "inspected", id, result: await sandbox.inspect(code, timeoutMs) }));

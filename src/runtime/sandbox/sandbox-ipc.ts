@@ -12,13 +12,18 @@ export interface SandboxHostConfig {
   limits: SandboxLimits;
   maxIsolates?: number | undefined;
   maxIdleIsolates?: number | undefined;
+  /** Bytes of compiled code kept by key (RunRequest.codeKey) between runs (compiled-code.ts). */
+  codeCacheBytes?: number | undefined;
 }
 
 /** The environment variable that carries SandboxHostConfig as JSON. */
 export const SANDBOX_HOST_CONFIG_ENV = "TRIBUTARY_SANDBOX_CONFIG";
 
-/** A run as it crosses: the response callback stays with the daemon (`respond` messages). */
-export type RunRequestData = Omit<RunRequest, "onRespond">;
+/**
+ * A run as it crosses: the response callback stays with the daemon (`respond` messages), and the
+ * compiled code travels apart (`code`), only when the process may not hold it yet.
+ */
+export type RunRequestData = Omit<RunRequest, "onRespond" | "compiledCode">;
 
 export interface FetchRequestData {
   method: string;
@@ -28,7 +33,8 @@ export interface FetchRequestData {
 
 /** Daemon → sandbox process. */
 export type ToHost =
-  | { t: "run"; id: number; req: RunRequestData; respond: boolean }
+  /** `code` absent: the run's `req.codeKey` names code an earlier run brought. */
+  | { t: "run"; id: number; req: RunRequestData; respond: boolean; code?: string }
   | { t: "inspect"; id: number; code: string; timeoutMs: number }
   | { t: "fetched"; fid: number; ok: true; res: HostFetchResponse }
   | { t: "fetched"; fid: number; ok: false; message: string }
@@ -44,6 +50,8 @@ export type FromHost =
   /** `refused`: the request was turned away before it started (the process is ending). */
   | { t: "failed"; id: number; message: string; refused?: boolean }
   | { t: "respond"; id: number; response: HttpResponse }
+  /** The run came without its code, and the process no longer holds it: send the run again with it. */
+  | { t: "needCode"; id: number }
   | { t: "fetch"; fid: number; url: string; init: FetchRequestData }
   | { t: "fetchAbort"; fid: number }
   | { t: "catastrophic"; message: string };

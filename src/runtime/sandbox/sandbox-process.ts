@@ -47,6 +47,8 @@ const PING_EVERY_MS = 5_000;
 /** After `close`, the time the process has to finish its runs before it is killed. */
 const CLOSE_GRACE_MS = 5_000;
 const STDERR_KEPT = 4096;
+/** Code keys remembered as sent; past it the oldest is forgotten (its code is sent again). */
+const MAX_SENT_CODES = 10_000;
 
 export class SandboxProcess {
   /** No new work goes here: it reported a catastrophic error, was closed, or ended. */
@@ -56,6 +58,10 @@ export class SandboxProcess {
   private readonly pending = new Map<number, Pending>();
   private readonly fetches = new Map<number, AbortController>();
   private nextId = 1;
+  /** Code keys whose code was sent to the process, least recently used first (bounded). */
+  private readonly sentCodes = new Set<string>();
+  /** Times compiled code crossed to the process (tests, operators' tools). */
+  codeTransfers = 0;
   private exited = false;
   private closing = false;
   private catastrophe: string | undefined;
@@ -107,9 +113,29 @@ export class SandboxProcess {
     return new Promise((resolve) => {
       const id = this.nextId++;
       this.pending.set(id, { kind: "run", req, started, responded: false, resolve });
-      const { onRespond, ...data } = req;
-      this.send({ t: "run", id, req: data, respond: onRespond !== undefined });
+      const key = req.codeKey;
+      // The code crosses once per key; should the process have dropped it since, it asks again.
+      const known = key !== undefined && this.sentCodes.has(key);
+      if (known) {
+        this.sentCodes.delete(key);
+        this.sentCodes.add(key);
+      }
+      this.sendRun(id, req, !known);
     });
+  }
+
+  private sendRun(id: number, req: RunRequest, withCode: boolean): void {
+    const { onRespond, compiledCode, ...data } = req;
+    if (withCode) {
+      this.codeTransfers++;
+      const key = req.codeKey;
+      if (key !== undefined) {
+        this.sentCodes.delete(key);
+        this.sentCodes.add(key);
+        if (this.sentCodes.size > MAX_SENT_CODES) this.sentCodes.delete(this.sentCodes.values().next().value as string);
+      }
+    }
+    this.send({ t: "run", id, req: data, respond: onRespond !== undefined, ...(withCode ? { code: compiledCode } : {}) });
   }
 
   async inspect(code: string, timeoutMs: number): Promise<InspectResult | typeof LOST> {
@@ -170,6 +196,11 @@ export class SandboxProcess {
         } catch {
           // The caller's failure to answer its HTTP request is not the component's error.
         }
+        return;
+      }
+      case "needCode": {
+        const p = this.pending.get(msg.id);
+        if (p?.kind === "run") this.sendRun(msg.id, p.req, true);
         return;
       }
       case "ran":

@@ -99,6 +99,7 @@ export class Sandbox implements SandboxService {
     });
     this.users = new UserIsolates({
       memoryMb: limits.memoryMb,
+      limits: { ...this.limits },
       maxIsolates: options.maxIsolates,
       maxContexts: options.maxContexts,
       maxContextsPerIsolate: options.maxContextsPerIsolate,
@@ -146,7 +147,14 @@ export class Sandbox implements SandboxService {
     let reusable = false;
     try {
       const execution = (async () => {
-        ctx = await this.users.takeContext(ui, req.sourceId, req.compiledCode, req.method === "run", remaining(deadline));
+        ctx = await this.users.takeContext(
+          ui,
+          req.sourceId,
+          req.codeKey ?? req.compiledCode,
+          req.compiledCode,
+          req.method === "run",
+          remaining(deadline),
+        );
         const c = ctx;
         c.bridge = bridge;
         // No isolated-vm `timeout` on these entries (see GuestEntries): the run's timer bounds them.
@@ -161,7 +169,6 @@ export class Sandbox implements SandboxService {
           sourceId: req.sourceId,
           props: req.props,
           event: req.event,
-          limits: this.limits,
           db: bridge.dbEntries(),
         };
         const options = { result: { promise: true, copy: true }, timeout: remaining(deadline) } as const;

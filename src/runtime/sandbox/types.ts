@@ -103,6 +103,12 @@ export interface RunRequest {
   /** Output of compileComponent. */
   compiledCode: string;
   /**
+   * A stable name of `compiledCode` (the runner gives the component id and code hash,
+   * compiled-code.ts `codeKey`): contexts and scripts are found by it without comparing the code,
+   * and a sandbox process receives the code once per key. Absent, the code itself is the key.
+   */
+  codeKey?: string;
+  /**
    * The source's owner: runs of one user share an isolate that no other user's code ever enters.
    * Absent, the source gets an isolate of its own.
    */

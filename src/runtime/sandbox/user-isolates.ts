@@ -19,6 +19,8 @@ import type { HostBridge, Reply } from "./host-bridge.js";
 
 export interface UserIsolatesOptions {
   memoryMb: number;
+  /** The run limits, handed to each context once when it is made (not with every run). */
+  limits?: Record<string, number> | undefined;
   maxIsolates?: number | undefined;
   maxContexts?: number | undefined;
   maxContextsPerIsolate?: number | undefined;
@@ -37,7 +39,7 @@ export interface UserIsolate {
   readonly owner: string;
   readonly isolate: ivm.Isolate;
   prelude: ivm.Script | undefined;
-  /** Compiled component scripts by code, least recently used first. */
+  /** Compiled component scripts by code key (RunRequest.codeKey), least recently used first. */
   readonly scripts: Map<string, ivm.Script>;
   /** Idle contexts by source id. */
   readonly idle: Map<string, SourceContext[]>;
@@ -55,7 +57,8 @@ export interface UserIsolate {
 export interface SourceContext {
   readonly owner: UserIsolate;
   readonly sourceId: string;
-  readonly code: string;
+  /** The code's key (RunRequest.codeKey, else the code itself). */
+  readonly codeKey: string;
   readonly context: ivm.Context;
   readonly dispatch: ivm.Reference;
   /** The module factory, until the first run has evaluated it. */
@@ -162,16 +165,24 @@ export class UserIsolates {
   }
 
   /**
-   * An idle context of `sourceId` running `code`, or a new one (prelude installed, module compiled
-   * but not evaluated: the run does that). `persistent` false: a context for this run only.
+   * An idle context of `sourceId` running the code named `key`, or a new one (prelude installed,
+   * module compiled but not evaluated: the run does that). `persistent` false: a context for this
+   * run only.
    */
-  async takeContext(ui: UserIsolate, sourceId: string, code: string, persistent: boolean, timeoutMs: number): Promise<SourceContext> {
+  async takeContext(
+    ui: UserIsolate,
+    sourceId: string,
+    key: string,
+    code: string,
+    persistent: boolean,
+    timeoutMs: number,
+  ): Promise<SourceContext> {
     if (persistent) {
       const list = ui.idle.get(sourceId);
       if (list) {
         for (let i = list.length - 1; i >= 0; i--) {
           const ctx = list[i] as SourceContext;
-          if (ctx.code !== code) {
+          if (ctx.codeKey !== key) {
             // The source's code changed: its contexts of the old code are of no further use.
             this.releaseContext(ctx);
             continue;
@@ -182,7 +193,7 @@ export class UserIsolates {
       }
     }
     this.makeRoom(ui);
-    return this.createContext(ui, sourceId, code, persistent, timeoutMs);
+    return this.createContext(ui, sourceId, key, code, persistent, timeoutMs);
   }
 
   /** Gives a context back after its run: kept for the next run if `reusable`, else released. */
@@ -245,6 +256,7 @@ export class UserIsolates {
   private async createContext(
     ui: UserIsolate,
     sourceId: string,
+    key: string,
     code: string,
     persistent: boolean,
     timeoutMs: number,
@@ -256,7 +268,7 @@ export class UserIsolates {
     const ctx: Mutable<SourceContext> = {
       owner: ui,
       sourceId,
-      code,
+      codeKey: key,
       context,
       persistent,
       lastUsed: Date.now(),
@@ -271,19 +283,20 @@ export class UserIsolates {
         (op: unknown, a: unknown, b: unknown, c: unknown, d: unknown, e: unknown): Reply =>
           ctx.bridge ? ctx.bridge.handle(op, a, b, c, d, e) : ["err", "the run has ended"],
       );
-      ui.prelude ??= await ui.isolate.compileScript(`(function ($0, $1) {${GUEST_PRELUDE_SOURCE}\n})`, {
+      ui.prelude ??= await ui.isolate.compileScript(`(function ($0, $1, $2) {${GUEST_PRELUDE_SOURCE}\n})`, {
         filename: "tributary-prelude.js",
       });
       const init = await ui.prelude.run(context, { reference: true, timeout: timeoutMs });
       try {
-        ctx.dispatch = await init.apply(undefined, [callback, maxArrayElements(this.opts.memoryMb)], {
+        const limits = this.opts.limits === undefined ? undefined : new ivm.ExternalCopy(this.opts.limits).copyInto({ release: true });
+        ctx.dispatch = await init.apply(undefined, [callback, maxArrayElements(this.opts.memoryMb), limits], {
           result: { reference: true },
           timeout: timeoutMs,
         });
       } finally {
         init.release();
       }
-      const script = await this.script(ui, code);
+      const script = await this.script(ui, key, code);
       ctx.factory = await script.run(context, { reference: true, timeout: timeoutMs });
       return ctx;
     } catch (err) {
@@ -292,10 +305,10 @@ export class UserIsolates {
     }
   }
 
-  private async script(ui: UserIsolate, code: string): Promise<ivm.Script> {
-    let script = ui.scripts.get(code);
+  private async script(ui: UserIsolate, key: string, code: string): Promise<ivm.Script> {
+    let script = ui.scripts.get(key);
     if (script) {
-      ui.scripts.delete(code);
+      ui.scripts.delete(key);
     } else {
       script = await ui.isolate.compileScript(WRAP_HEAD + code + WRAP_TAIL, { filename: "component.js" });
       if (ui.scripts.size >= this.cacheSize) {
@@ -304,7 +317,7 @@ export class UserIsolates {
         old?.release();
       }
     }
-    ui.scripts.set(code, script);
+    ui.scripts.set(key, script);
     return script;
   }
 

@@ -161,3 +161,34 @@ describe("ProcessSandbox", () => {
     expect(crashes).toEqual([]);
   }, 60_000);
 });
+
+describe("compiled code by key (issue 12 item 2)", () => {
+  it("sends a code to the sandbox process once per key, runs later runs from the process's copy, and a new key brings its code", async () => {
+    const { b } = box();
+    const v1 = request(`this.$emit("v1")`, { codeKey: "sc_a:h1" });
+    const v2 = request(`this.$emit("v2")`, { codeKey: "sc_b:h2" });
+    const events = async (r: RunRequest) => (await b.run(r)).emits.map((e) => e.event);
+    expect(await events(v1)).toEqual(["v1"]);
+    expect(b.codeTransfers).toBe(1);
+    // The same key again: the code does not cross, and the run is still this code's.
+    expect(await events(v1)).toEqual(["v1"]);
+    expect(await events({ ...v1, sourceId: "dc_other" })).toEqual(["v1"]);
+    expect(b.codeTransfers).toBe(1);
+    // A redeploy is a new key: its code crosses and runs, never the old one.
+    expect(await events(v2)).toEqual(["v2"]);
+    expect(b.codeTransfers).toBe(2);
+    // Without a key the code crosses every time (and is its own key).
+    const keyless = request(`this.$emit("keyless")`);
+    expect(await events(keyless)).toEqual(["keyless"]);
+    expect(await events(keyless)).toEqual(["keyless"]);
+    expect(b.codeTransfers).toBe(4);
+  }, 60_000);
+
+  it("sends the code again when the process has dropped it (its cache holds less than one code)", async () => {
+    const { b } = box({ codeCacheBytes: 10 });
+    const r = request(`this.$emit("again")`, { codeKey: "sc_c:h3" });
+    for (let i = 0; i < 3; i++) expect((await b.run(r)).emits.map((e) => e.event)).toEqual(["again"]);
+    // Each run was sent without its code first, answered "need the code", and sent with it.
+    expect(b.codeTransfers).toBe(3);
+  }, 60_000);
+});
