@@ -31,7 +31,7 @@ function timerLimitError() {
   return e;
 }
 
-function startTimer(fn, ms, args, repeat) {
+function startTimer(fn, ms, args, repeat, immediate) {
   if (typeof fn !== "function") throw new TypeError("the callback must be a function");
   if (timersStopped) throw timersStopped;
   if (mapSize(timers) >= K.maxPendingTimers) throw new Error("timers: at most " + K.maxPendingTimers + " pending timers per run");
@@ -43,7 +43,7 @@ function startTimer(fn, ms, args, repeat) {
     wakeAt = due;
   }
   const id = nextId++;
-  mapSet(timers, id, { fn, args, repeat, delay, due });
+  mapSet(timers, id, { fn, args, repeat, delay, due, immediate: immediate === true });
   return id;
 }
 /** A new run starts with no timers and a fresh firing count (the previous run's are dropped). */
@@ -59,14 +59,14 @@ function clearTimer(id) {
 }
 globalThis.setTimeout = (fn, ms, ...args) => startTimer(fn, ms, args, false);
 globalThis.setInterval = (fn, ms, ...args) => startTimer(fn, ms, args, true);
-globalThis.setImmediate = (fn, ...args) => startTimer(fn, 0, args, false);
+globalThis.setImmediate = (fn, ...args) => startTimer(fn, 0, args, false, true);
 globalThis.clearTimeout = clearTimer;
 globalThis.clearInterval = clearTimer;
 globalThis.clearImmediate = clearTimer;
 globalThis.queueMicrotask = (fn) => { Promise.resolve().then(fn).catch((e) => failRun(e)); };
 
 /**
- * Runs the timers due now, earliest first; timers they create wait for the next tick. Answers
+ * Runs the timers due now, immediates first, then earliest first; timers they create wait for the next tick. Answers
  * the delay until the next timer is due, or -1 when none is pending.
  */
 async function tick() {
@@ -76,7 +76,9 @@ async function tick() {
     const now = dateNow();
     const due = [];
     mapForEach(timers, (t, id) => { if (t.due <= now) arrayPush(due, [id, t]); });
-    due.sort((a, b) => a[1].due - b[1].due || a[0] - b[0]);
+    // Immediates first, then by due time: a loaded machine that reaches a tick late (a 10 ms
+    // timer already due) must not reorder setImmediate after it.
+    due.sort((a, b) => (b[1].immediate ? 1 : 0) - (a[1].immediate ? 1 : 0) || a[1].due - b[1].due || a[0] - b[0]);
     for (const [id, t] of due) {
       if (mapGet(timers, id) !== t) continue; // cleared by an earlier callback
       if (++firings > limits.maxTimerFiringsPerRun) {

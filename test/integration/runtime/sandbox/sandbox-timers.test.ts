@@ -94,6 +94,20 @@ describe("guest timers", () => {
     ]);
   });
 
+  it("runs setImmediate callbacks before timers that came due meanwhile, however late the tick", async () => {
+    // The run holds the thread for 30 ms between the two calls, as a loaded machine may: the 10 ms
+    // timer is long due when the first tick comes, and the immediate still goes first.
+    const r = await run(`const seen = [];
+      setTimeout(() => seen.push("a10"), 10);
+      const t = Date.now();
+      while (Date.now() - t < 30) {}
+      setImmediate(() => seen.push("immediate"));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      this.$emit(seen);`);
+    expect(r.error).toBeUndefined();
+    expect(r.emits.map((e) => e.event)).toEqual([["immediate", "a10"]]);
+  });
+
   it("runs the promise callbacks of one timer before the next due timer", async () => {
     const r = await run(`const seen = [];
       setTimeout(() => { Promise.resolve().then(() => seen.push("then of first")); seen.push("first"); }, 5);
