@@ -92,7 +92,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
   // Inline (customResponse) runs get their own isolates; endpoints cap them per source and user.
   const inlineSandbox = new ProcessSandbox(
     { memoryMb: config.sandboxMemoryMb, timeoutMs: config.sandboxTimeoutMs },
-    { fetch, maxIsolates: 16, ...onCrash },
+    { fetch, maxIsolates: config.sourceInlineIsolates, ...onCrash },
   );
   const quotas = new Quotas(d.redis, d.keys, d.users, {
     dailyInvocations: config.freeDailyInvocationsQuota,
@@ -113,7 +113,10 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     randomBytes: d.randomBytes,
   });
   const timerControl = new TimerControl(d.redis, d.keys);
-  const lifecycle = new RuntimeLifecycle(runner, d.components, timerControl, d.logger);
+  const lifecycle = new RuntimeLifecycle(runner, d.components, timerControl, d.logger, quotas, {
+    hooksPerUser: config.sourceHookConcurrencyPerUser,
+    hookWaitMs: config.sandboxTimeoutMs,
+  });
   const requests = new SourceRequests({
     sources: d.sourceStore,
     components: d.components,

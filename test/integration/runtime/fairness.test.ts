@@ -1,0 +1,131 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Client, client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
+import { waitFor } from "../../helpers/receiver.js";
+import { type Json, createSource, events, expectStatus } from "./support.js";
+
+/**
+ * Fair and metered between users (issue 12 item 6, found by a red-team review; docs/security.md
+ * "Fair share"): one user's lifecycle hooks, backlog of queued runs, inline runs and fetches cannot
+ * take what another user's runs need. Each test asserts an outcome or an ordering with generous
+ * bounds, never a tight timing: they hold with one core busy.
+ */
+
+/**
+ * A loopback server that holds each request `holdMs` before answering `bodyBytes` bytes, and
+ * counts the requests in flight per `?who=` tag (the most at once, and arrival order).
+ */
+interface SlowServer {
+  url(who: string): string;
+  maxInFlight(who: string): number;
+  arrivals: string[];
+  close(): Promise<void>;
+}
+
+async function startSlowServer(holdMs: number, bodyBytes = 2): Promise<SlowServer> {
+  const inFlight = new Map<string, number>();
+  const max = new Map<string, number>();
+  const arrivals: string[] = [];
+  const body = Buffer.alloc(bodyBytes, "x");
+  const server: Server = createServer((req, res) => {
+    const who = new URL(req.url ?? "/", "http://x").searchParams.get("who") ?? "";
+    arrivals.push(who);
+    const n = (inFlight.get(who) ?? 0) + 1;
+    inFlight.set(who, n);
+    max.set(who, Math.max(max.get(who) ?? 0, n));
+    const done = () => inFlight.set(who, (inFlight.get(who) ?? 1) - 1);
+    const timer = setTimeout(() => {
+      done();
+      res.writeHead(200, { "content-type": "text/plain", "content-length": String(body.length) });
+      res.end(body);
+    }, holdMs);
+    req.on("close", () => {
+      if (!res.writableEnded) {
+        clearTimeout(timer);
+        done();
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: (who) => `http://127.0.0.1:${port}/?who=${who}`,
+    maxInFlight: (who) => max.get(who) ?? 0,
+    arrivals,
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}
+
+async function me(api: Client): Promise<Json> {
+  const res = await api.get("/v1/users/me");
+  expectStatus(res, 200);
+  return res.body.data;
+}
+
+/** A source whose deploy hook fetches `url` (held by the slow server) and whose run emits. */
+const slowDeploy = (url: string) => `module.exports = {
+  name: "Slow deploy",
+  version: "0.0.1",
+  props: { http: "$.interface.http" },
+  hooks: { async deploy() { await fetch(${JSON.stringify(url)}); } },
+  async run(event) { this.$emit({ n: event.body && event.body.n }); },
+};
+`;
+
+const HEALTHY = `module.exports = {
+  name: "Healthy",
+  version: "0.0.1",
+  props: { http: "$.interface.http" },
+  async run(event) { this.$emit({ n: event.body && event.body.n }); },
+};
+`;
+
+describe("lifecycle hooks", () => {
+  const HOLD_MS = 1500;
+  let td: TestDaemon;
+  let slow: SlowServer;
+
+  beforeAll(async () => {
+    td = await startTestDaemon({ SANDBOX_TIMEOUT_MS: "8000", SOURCE_HOOK_CONCURRENCY_PER_USER: "2" });
+    slow = await startSlowServer(HOLD_MS);
+  });
+
+  afterAll(async () => {
+    await slow?.close();
+    await td?.close();
+  });
+
+  it("runs at most SOURCE_HOOK_CONCURRENCY_PER_USER of a user's hooks at once, counts their time, and serves another user meanwhile", async () => {
+    const attacker = await td.createUser();
+    const victim = await td.createUser();
+    const healthy = await createSource(victim.api, HEALTHY);
+    expect((await me(attacker.api)).daily_compute_time_used).toBe(0);
+
+    const creates = Array.from({ length: 6 }, () =>
+      attacker.api.post("/v1/sources", { json: { component_code: slowDeploy(slow.url("attacker")) } }),
+    );
+    let createsDone = 0;
+    for (const c of creates) void c.then(() => createsDone++);
+    await waitFor(() => slow.maxInFlight("attacker") > 0, { what: "the attacker's first hook" });
+
+    // The victim's run goes through while the attacker's hooks are still queued behind each other.
+    expectStatus(await client(td.url).post(healthy.configured_props.http.endpoint_url, { json: { n: 1 } }), 200);
+    await waitFor(async () => (await events(victim.api, healthy.id)).length === 1, { timeoutMs: 15_000, what: "the victim's run" });
+    expect(createsDone, "the victim's run waited for the attacker's hooks").toBeLessThan(creates.length);
+
+    const replies = await Promise.all(creates);
+    const ok = replies.filter((r) => r.status === 200).length;
+    for (const r of replies) expect([200, 429], r.text).toContain(r.status);
+    expect(ok).toBeGreaterThanOrEqual(2);
+    // Never more than the cap at once (6 before hooks were capped).
+    expect(slow.maxInFlight("attacker")).toBeLessThanOrEqual(2);
+    // Each deploy that ran held the sandbox at least HOLD_MS (awaits count, as for runs).
+    const used = (await me(attacker.api)).daily_compute_time_used;
+    expect(used).toBeGreaterThanOrEqual(ok * HOLD_MS * 0.9);
+  });
+});
