@@ -15,6 +15,7 @@ import { SourceRequests } from "./source-requests.js";
 import { RuntimeLifecycle } from "./lifecycle.js";
 import { Quotas } from "./quotas.js";
 import { RateLimiter } from "../store/rate-limit.js";
+import { RunBacklog } from "../store/run-backlog.js";
 import { SourceRunner } from "./runner.js";
 import { ProcessSandbox, type SandboxCrash } from "./sandbox/process-sandbox.js";
 import type { HostFetch } from "./sandbox/types.js";
@@ -124,6 +125,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     quotas,
     limiter: new RateLimiter(d.redis, config.sourceHttpRatePerSecond, config.sourceHttpRatePerSecond * 2),
     ingress: d.ingressRate,
+    redis: d.redis,
     keys: d.keys,
     queue: d.sourceRunQueue,
     logger: d.logger,
@@ -145,6 +147,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
           prefix: d.prefix,
           concurrency: config.sourceRunConcurrency,
           runner,
+          backlog: new RunBacklog(d.redis, d.keys),
           logger: d.logger,
           metrics: d.metrics,
           now: d.now,

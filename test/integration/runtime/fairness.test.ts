@@ -129,3 +129,56 @@ describe("lifecycle hooks", () => {
     expect(used).toBeGreaterThanOrEqual(ok * HOLD_MS * 0.9);
   });
 });
+
+describe("queued source runs", () => {
+  const BACKLOG = 300;
+  let td: TestDaemon;
+  let slow: SlowServer;
+
+  beforeAll(async () => {
+    td = await startTestDaemon({ SOURCE_RUN_CONCURRENCY: "2" });
+    slow = await startSlowServer(50);
+  });
+
+  afterAll(async () => {
+    await slow?.close();
+    await td?.close();
+  });
+
+  it("serves another user's run before one user's backlog of listener runs drains (round-robin by user)", async () => {
+    const a = await td.createUser("paid");
+    const burst = await createSource(
+      a.api,
+      `module.exports = {
+        name: "Burst", version: "0.0.1", props: { http: "$.interface.http" },
+        async run() { for (let i = 0; i < ${BACKLOG}; i++) this.$emit({ i }); },
+      };`,
+    );
+    const listener = await createSource(
+      a.api,
+      `module.exports = {
+        name: "Slow listener", version: "0.0.1", props: {},
+        async run() { await fetch(${JSON.stringify(slow.url("a"))}); },
+      };`,
+    );
+    expectStatus(await a.api.post("/v1/subscriptions", { query: { emitter_id: burst.id, listener_id: listener.id } }), 200);
+    const b = await td.createUser();
+    const victim = await createSource(
+      b.api,
+      `module.exports = {
+        name: "Victim", version: "0.0.1", props: { http: "$.interface.http" },
+        async run() { await fetch(${JSON.stringify(slow.url("b"))}); },
+      };`,
+    );
+
+    expectStatus(await client(td.url).post(burst.configured_props.http.endpoint_url, { json: {} }), 200);
+    // The backlog is queued (fan-out adds the runs in batches, far faster than they run).
+    await waitFor(() => slow.arrivals.filter((w) => w === "a").length >= 5, { timeoutMs: 20_000, what: "the backlog to start" });
+    expectStatus(await client(td.url).post(victim.configured_props.http.endpoint_url, { json: {} }), 200);
+    await waitFor(() => slow.arrivals.includes("b"), { timeoutMs: 60_000, what: "the victim's run" });
+    const before = slow.arrivals.indexOf("b");
+    // FIFO ran the whole backlog first (~300 runs ahead); round-robin runs it within a few.
+    expect(before, `the victim's run came after ${before} of the backlog's runs`).toBeLessThan(BACKLOG / 2);
+    await waitFor(() => slow.arrivals.filter((w) => w === "a").length === BACKLOG, { timeoutMs: 60_000, what: "the backlog to drain" });
+  });
+});
