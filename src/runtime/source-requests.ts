@@ -1,6 +1,6 @@
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
-import { type AppError, NotFoundError, SourceRunFailedError, TooManyRequestsError } from "../domain/errors.js";
+import { type AppError, NotFoundError, SourceRunFailedError, TooManyRequestsError, UnavailableError } from "../domain/errors.js";
 import type { Logger } from "../observability/logger.js";
 import type { SourceRunJob } from "../queue/catalog.js";
 import { SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
@@ -176,6 +176,9 @@ export class SourceRequests {
     if (outcome.status === "skipped") {
       if (outcome.reason === "quota") {
         return { run, error: new TooManyRequestsError(outcome.detail, outcome.retryAfterSeconds ?? 60, "quota_exceeded") };
+      }
+      if (outcome.reason === "busy") {
+        return { run, error: new UnavailableError("every sandbox for answering requests is busy; retry shortly", outcome.retryAfterSeconds ?? 1) };
       }
       return { run, error: new NotFoundError("no such endpoint", "endpoint_not_found") };
     }

@@ -124,6 +124,11 @@ export interface RunRequest {
   event?: unknown;
   /** Called for the first `this.http.respond()` of the run only. */
   onRespond?: (response: HttpResponse) => void;
+  /**
+   * How long the run may wait for its user's isolate while other users hold every one; past it
+   * the run never starts and ends at once with SANDBOX_BUSY. Absent: it waits its turn.
+   */
+  maxWaitMs?: number;
 }
 
 export interface EmitMeta {

@@ -182,3 +182,59 @@ describe("queued source runs", () => {
     await waitFor(() => slow.arrivals.filter((w) => w === "a").length === BACKLOG, { timeoutMs: 60_000, what: "the backlog to drain" });
   });
 });
+
+describe("inline (customResponse) runs", () => {
+  const HOLD_MS = 6000;
+  let td: TestDaemon;
+  let slow: SlowServer;
+
+  beforeAll(async () => {
+    td = await startTestDaemon({ SANDBOX_TIMEOUT_MS: "15000", SOURCE_INLINE_ISOLATES: "2" });
+    slow = await startSlowServer(HOLD_MS);
+  });
+
+  afterAll(async () => {
+    await slow?.close();
+    await td?.close();
+  });
+
+  const inline = (run: string) => `module.exports = {
+    name: "Inline", version: "0.0.1",
+    props: { http: { type: "$.interface.http", customResponse: true } },
+    async run(event) { ${run} },
+  };`;
+
+  it("answers 503 with Retry-After, without waiting out their runs, when other users hold every inline isolate", async () => {
+    const http = client(td.url);
+    const holders = await Promise.all(
+      [1, 2].map(async (i) => {
+        const u = await td.createUser();
+        return createSource(
+          u.api,
+          inline(`await fetch(${JSON.stringify(slow.url(`holder${i}`))}); this.http.respond({ status: 200, body: "late" });`),
+        );
+      }),
+    );
+    const v = await td.createUser();
+    const victim = await createSource(v.api, inline(`this.http.respond({ status: 200, body: "hi" });`));
+
+    let holdersDone = false;
+    const held = Promise.all(holders.map((s) => http.post(s.configured_props.http.endpoint_url, { json: {} }))).then((r) => {
+      holdersDone = true;
+      return r;
+    });
+    await waitFor(() => slow.maxInFlight("holder1") > 0 && slow.maxInFlight("holder2") > 0, {
+      what: "both users' runs to hold an isolate",
+    });
+
+    const busy = await http.post(victim.configured_props.http.endpoint_url, { json: {} });
+    expect(holdersDone, "the victim waited for the holders' runs to end").toBe(false);
+    expectStatus(busy, 503);
+    expect(Number(busy.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+
+    for (const r of await held) expectStatus(r, 200);
+    const after = await http.post(victim.configured_props.http.endpoint_url, { json: {} });
+    expectStatus(after, 200);
+    expect(after.text).toBe("hi");
+  });
+});
