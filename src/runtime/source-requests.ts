@@ -178,7 +178,10 @@ export class SourceRequests {
         return { run, error: new TooManyRequestsError(outcome.detail, outcome.retryAfterSeconds ?? 60, "quota_exceeded") };
       }
       if (outcome.reason === "busy") {
-        return { run, error: new UnavailableError("every sandbox for answering requests is busy; retry shortly", outcome.retryAfterSeconds ?? 1) };
+        return {
+          run,
+          error: new UnavailableError("every sandbox for answering requests is busy; retry shortly", outcome.retryAfterSeconds ?? 1),
+        };
       }
       return { run, error: new NotFoundError("no such endpoint", "endpoint_not_found") };
     }
