@@ -69,7 +69,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     const res = await guardedFetchText(url, {
       agent: d.agent,
       timeoutMs: Math.min(config.sandboxTimeoutMs, 30_000),
-      maxBytes: SANDBOX_FETCH_MAX_BYTES,
+      maxBytes: Math.min(SANDBOX_FETCH_MAX_BYTES, init.maxBytes ?? SANDBOX_FETCH_MAX_BYTES),
       method: init.method,
       headers: init.headers,
       body: init.body,

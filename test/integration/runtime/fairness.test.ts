@@ -238,3 +238,62 @@ describe("inline (customResponse) runs", () => {
     expect(after.text).toBe("hi");
   });
 });
+
+describe("fetches of one run", () => {
+  const BODY = 5_000_000;
+  let td: TestDaemon;
+  let slow: SlowServer;
+
+  beforeAll(async () => {
+    td = await startTestDaemon({ SANDBOX_TIMEOUT_MS: "30000", SANDBOX_MEMORY_MB: "128" });
+    slow = await startSlowServer(500, BODY);
+  });
+
+  afterAll(async () => {
+    await slow?.close();
+    await td?.close();
+  });
+
+  it("keeps at most 4 of a run's fetches in flight and stops at its byte budget: 100 concurrent 5 MB fetches do not grow the daemon by hundreds of MB", async () => {
+    const u = await td.createUser();
+    const s = await createSource(
+      u.api,
+      `module.exports = {
+        name: "Fetch storm", version: "0.0.1", props: { http: "$.interface.http" },
+        async run() {
+          const rs = await Promise.allSettled(Array.from({ length: 100 }, () => fetch(${JSON.stringify(slow.url("storm"))}).then((r) => r.text()).then((t) => t.length)));
+          const ok = rs.filter((r) => r.status === "fulfilled").length;
+          const failed = rs.filter((r) => r.status === "rejected").map((r) => String(r.reason && r.reason.message || r.reason));
+          this.$emit({ ok, failed: failed.length, reason: failed[failed.length - 1] });
+        },
+      };`,
+    );
+    global.gc?.();
+    const base = process.memoryUsage().rss;
+    let peak = base;
+    const sampler = setInterval(() => {
+      peak = Math.max(peak, process.memoryUsage().rss);
+    }, 20);
+    try {
+      expectStatus(await client(td.url).post(s.configured_props.http.endpoint_url, { json: {} }), 200);
+      const [e] = await waitFor(
+        async () => {
+          const list = await events(u.api, s.id);
+          return list.length > 0 ? list : undefined;
+        },
+        { timeoutMs: 60_000, what: "the storm's result" },
+      );
+      expect(slow.maxInFlight("storm")).toBeLessThanOrEqual(4);
+      // 20 MB of bodies per run: four 5 MB responses, then a clear error for the rest.
+      expect(e.event.ok).toBeGreaterThanOrEqual(1);
+      expect(e.event.ok).toBeLessThanOrEqual(5);
+      expect(e.event.failed).toBe(100 - e.event.ok);
+      expect(e.event.reason).toMatch(/limit|large/i);
+      expect(await events(u.api, s.id, "$errors")).toEqual([]);
+    } finally {
+      clearInterval(sampler);
+    }
+    // 100 x 5 MB buffered at once was ~1 GB; 4 in flight is tens of MB (generous for GC lag).
+    expect((peak - base) / 2 ** 20, "RSS growth in MB").toBeLessThan(250);
+  });
+});
