@@ -50,6 +50,8 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     sandboxAllowedPackages: Object.freeze(e.SANDBOX_ALLOWED_PACKAGES),
     sourceRunConcurrency: e.SOURCE_RUN_CONCURRENCY,
     sourceInlineConcurrency: e.SOURCE_INLINE_CONCURRENCY,
+    sourceHookConcurrencyPerUser: e.SOURCE_HOOK_CONCURRENCY_PER_USER,
+    sourceInlineIsolates: e.SOURCE_INLINE_ISOLATES,
     sourceHttpRatePerSecond: e.SOURCE_HTTP_RATE_PER_SECOND,
     limits: Object.freeze({
       workflows: e.MAX_WORKFLOWS_PER_USER,

@@ -158,6 +158,10 @@ export const envSchema = z.object({
   SOURCE_RUN_CONCURRENCY: int(1, 256).default(4),
   /** customResponse runs of one source answered at once per API process (past it: 429). */
   SOURCE_INLINE_CONCURRENCY: int(1, 256).default(2),
+  /** Lifecycle hooks (deploy, activate, deactivate) of one user running at once per process; more wait. */
+  SOURCE_HOOK_CONCURRENCY_PER_USER: int(1, 256).default(2),
+  /** Isolates (one per user) for customResponse runs per API process; past it a request waits briefly, then 503. */
+  SOURCE_INLINE_ISOLATES: int(1, 1024).default(16),
   /** Average HTTP requests per second accepted by one source endpoint (burst is 2x). */
   SOURCE_HTTP_RATE_PER_SECOND: int(1, 100_000).default(10),
   // Per-user limits (docs/security.md); 0 = unlimited. Past a count: 429 limit_exceeded.
@@ -249,6 +253,8 @@ export interface Config {
   readonly sandboxAllowedPackages: readonly string[];
   readonly sourceRunConcurrency: number;
   readonly sourceInlineConcurrency: number;
+  readonly sourceHookConcurrencyPerUser: number;
+  readonly sourceInlineIsolates: number;
   readonly sourceHttpRatePerSecond: number;
   /** Per-user limits; 0 = unlimited. */
   readonly limits: UserLimits;

@@ -8,6 +8,7 @@ import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import { SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
 import type { Keys } from "../store/keys.js";
+import { RunBacklog } from "../store/run-backlog.js";
 import { FANOUT_GROUP, OutboxStream, type StreamEntries } from "../store/outbox-stream.js";
 import type { SubscriptionStore } from "../store/subscriptions.js";
 import { type FanoutOrigin, type FanoutPlan, planFanout, planLookups, uniqueListeners } from "./fanout-plan.js";
@@ -68,8 +69,11 @@ export class FanoutWorker {
 
   private readonly outbox: OutboxStream;
 
+  private readonly backlog: RunBacklog;
+
   constructor(private readonly d: FanoutDeps) {
     this.outbox = new OutboxStream(d.redis, d.blocking, d.keys);
+    this.backlog = new RunBacklog(d.redis, d.keys);
   }
 
   /** Removes consumers idle for `minIdleMs` with nothing pending (store/scripts/prune-consumers.ts); returns how many. */
@@ -251,8 +255,14 @@ export class FanoutWorker {
     }
     await this.d.deliveryJobs.addAll(queued);
     if (plan.sourceRuns.length > 0) {
+      // Each run's priority is its place in its user's backlog: users are served round-robin.
+      const priorities = await this.backlog.reserveAll(plan.sourceRuns.map((r) => r.data.userId));
       await this.d.sourceRunQueue.addBulk(
-        plan.sourceRuns.map((r) => ({ name: "event", data: r.data, opts: { jobId: r.id, ...SOURCE_RUN_JOB_OPTS } })),
+        plan.sourceRuns.map((r, i) => ({
+          name: "event",
+          data: r.data,
+          opts: { jobId: r.id, priority: priorities[i] ?? 1, ...SOURCE_RUN_JOB_OPTS },
+        })),
       );
     }
     for (const [entryId, attempts] of attemptsOf) this.hold(entryId, attempts);

@@ -86,7 +86,7 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
     }),
     sourceRuns: new Counter({
       name: "tributary_source_runs_total",
-      help: "Source runs by trigger (http, timer, event, hook) and outcome (ok, error, timeout, sandbox_error, skipped_quota, skipped_hops)",
+      help: "Source runs by trigger (http, timer, event, hook) and outcome (ok, error, timeout, sandbox_error, skipped_quota, skipped_hops, skipped_busy)",
       labelNames: ["trigger", "outcome"] as const,
       registers,
     }),

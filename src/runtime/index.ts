@@ -15,6 +15,7 @@ import { SourceRequests } from "./source-requests.js";
 import { RuntimeLifecycle } from "./lifecycle.js";
 import { Quotas } from "./quotas.js";
 import { RateLimiter } from "../store/rate-limit.js";
+import { RunBacklog } from "../store/run-backlog.js";
 import { SourceRunner } from "./runner.js";
 import { ProcessSandbox, type SandboxCrash } from "./sandbox/process-sandbox.js";
 import type { HostFetch } from "./sandbox/types.js";
@@ -68,7 +69,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     const res = await guardedFetchText(url, {
       agent: d.agent,
       timeoutMs: Math.min(config.sandboxTimeoutMs, 30_000),
-      maxBytes: SANDBOX_FETCH_MAX_BYTES,
+      maxBytes: Math.min(SANDBOX_FETCH_MAX_BYTES, init.maxBytes ?? SANDBOX_FETCH_MAX_BYTES),
       method: init.method,
       headers: init.headers,
       body: init.body,
@@ -92,7 +93,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
   // Inline (customResponse) runs get their own isolates; endpoints cap them per source and user.
   const inlineSandbox = new ProcessSandbox(
     { memoryMb: config.sandboxMemoryMb, timeoutMs: config.sandboxTimeoutMs },
-    { fetch, maxIsolates: 16, ...onCrash },
+    { fetch, maxIsolates: config.sourceInlineIsolates, ...onCrash },
   );
   const quotas = new Quotas(d.redis, d.keys, d.users, {
     dailyInvocations: config.freeDailyInvocationsQuota,
@@ -113,7 +114,10 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     randomBytes: d.randomBytes,
   });
   const timerControl = new TimerControl(d.redis, d.keys);
-  const lifecycle = new RuntimeLifecycle(runner, d.components, timerControl, d.logger);
+  const lifecycle = new RuntimeLifecycle(runner, d.components, timerControl, d.logger, quotas, {
+    hooksPerUser: config.sourceHookConcurrencyPerUser,
+    hookWaitMs: config.sandboxTimeoutMs,
+  });
   const requests = new SourceRequests({
     sources: d.sourceStore,
     components: d.components,
@@ -121,6 +125,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     quotas,
     limiter: new RateLimiter(d.redis, config.sourceHttpRatePerSecond, config.sourceHttpRatePerSecond * 2),
     ingress: d.ingressRate,
+    redis: d.redis,
     keys: d.keys,
     queue: d.sourceRunQueue,
     logger: d.logger,
@@ -142,6 +147,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
           prefix: d.prefix,
           concurrency: config.sourceRunConcurrency,
           runner,
+          backlog: new RunBacklog(d.redis, d.keys),
           logger: d.logger,
           metrics: d.metrics,
           now: d.now,

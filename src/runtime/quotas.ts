@@ -54,4 +54,9 @@ export class Quotas {
   async record(userId: string, plan: "free" | "paid", computeMs: number): Promise<void> {
     await this.usage.countRun(userId, plan, computeMs, this.now());
   }
+
+  /** Counts sandbox time that is not a run (lifecycle hooks) against a free user's daily compute time. */
+  async recordCompute(userId: string, plan: "free" | "paid", computeMs: number): Promise<void> {
+    if (plan === "free") await this.usage.countCompute(userId, computeMs, this.now());
+  }
 }

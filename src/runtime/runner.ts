@@ -18,6 +18,12 @@ export type Trigger = "http" | "timer" | "event" | "hook";
 /** Source-to-source deliveries allowed in one chain (SPEC §5). */
 export const MAX_HOPS = 16;
 
+/**
+ * How long an inline (customResponse) run waits for an isolate while other users hold every one
+ * of the inline pool (SOURCE_INLINE_ISOLATES); past it the request answers 503 with Retry-After.
+ */
+export const INLINE_ISOLATE_WAIT_MS = 2000;
+
 export interface RunSpec {
   userId: string;
   sourceId: string;
@@ -30,7 +36,7 @@ export interface RunSpec {
 
 export type RunOutcome =
   | { status: "ok" | "error"; result: RunResult }
-  | { status: "skipped"; reason: "missing" | "inactive" | "quota" | "hops"; detail: string; retryAfterSeconds?: number };
+  | { status: "skipped"; reason: "missing" | "inactive" | "quota" | "hops" | "busy"; detail: string; retryAfterSeconds?: number };
 
 export interface RunnerDeps {
   redis: Redis;
@@ -105,6 +111,11 @@ export class SourceRunner {
     }
     const component = await d.components.require(spec.userId, source.component_id);
     const result = await this.execute(source, component, "run", spec.event, spec.onRespond);
+    if (result.error?.code === "SANDBOX_BUSY") {
+      // Never started (every inline isolate held by other users): not the component's doing.
+      d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome: "skipped_busy" });
+      return { status: "skipped", reason: "busy", detail: result.error.msg, retryAfterSeconds: 1 };
+    }
     await d.quotas.record(spec.userId, quota.plan, result.durationMs);
     await this.apply(source, component, result, spec.event, hops);
     d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome: runOutcome(result.error?.code) });
@@ -135,6 +146,7 @@ export class SourceRunner {
       db,
       event,
       onRespond,
+      ...(onRespond ? { maxWaitMs: INLINE_ISOLATE_WAIT_MS } : {}),
     });
   }
 

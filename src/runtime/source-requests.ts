@@ -1,9 +1,11 @@
 import type { Queue } from "bullmq";
-import { type AppError, NotFoundError, SourceRunFailedError, TooManyRequestsError } from "../domain/errors.js";
+import type { Redis } from "ioredis";
+import { type AppError, NotFoundError, SourceRunFailedError, TooManyRequestsError, UnavailableError } from "../domain/errors.js";
 import type { Logger } from "../observability/logger.js";
 import type { SourceRunJob } from "../queue/catalog.js";
 import { SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
 import type { Keys } from "../store/keys.js";
+import { RunBacklog } from "../store/run-backlog.js";
 import type { SourceRecord, SourceStore } from "../store/sources.js";
 import type { HttpEvent } from "./http-request.js";
 import type { ComponentCatalog } from "./ports.js";
@@ -20,6 +22,7 @@ export interface SourceRequestDeps {
   limiter: RateLimiter;
   /** The per-user ingress rate (services/ingress-rate.ts): each request counts one event. */
   ingress?: { admit(userId: string, events: number): Promise<void> };
+  redis: Redis;
   keys: Keys;
   queue: Queue;
   logger: Logger;
@@ -61,8 +64,10 @@ export class SourceRequests {
   private readonly inFlight = new InFlight();
   private readonly perSource: number;
   private readonly perUser: number;
+  private readonly backlog: RunBacklog;
 
   constructor(private readonly d: SourceRequestDeps) {
+    this.backlog = new RunBacklog(d.redis, d.keys);
     this.perSource = d.inlinePerSource ?? DEFAULT_INLINE_RUNS_PER_SOURCE;
     this.perUser = Math.max(INLINE_RUNS_PER_USER, this.perSource);
   }
@@ -107,7 +112,8 @@ export class SourceRequests {
       request: { method: event.method, path: event.path, query: event.query, headers: event.headers, bodyRaw: event.bodyRaw },
       acceptedAtMs: this.d.now(),
     };
-    await this.d.queue.add("http", job, SOURCE_RUN_JOB_OPTS);
+    const [priority] = await this.backlog.reserve(source.user_id, 1);
+    await this.d.queue.add("http", job, { priority, ...SOURCE_RUN_JOB_OPTS });
   }
 
   /** Runs the source now and sends its first respond(); a run that never responds is a clear error. */
@@ -170,6 +176,12 @@ export class SourceRequests {
     if (outcome.status === "skipped") {
       if (outcome.reason === "quota") {
         return { run, error: new TooManyRequestsError(outcome.detail, outcome.retryAfterSeconds ?? 60, "quota_exceeded") };
+      }
+      if (outcome.reason === "busy") {
+        return {
+          run,
+          error: new UnavailableError("every sandbox for answering requests is busy; retry shortly", outcome.retryAfterSeconds ?? 1),
+        };
       }
       return { run, error: new NotFoundError("no such endpoint", "endpoint_not_found") };
     }

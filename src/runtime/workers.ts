@@ -4,6 +4,7 @@ import type { Metrics } from "../observability/metrics.js";
 import { QUEUES, sourceRunJob, timerJob } from "../queue/catalog.js";
 import { WORKER_RECOVERY } from "../queue/worker-options.js";
 import { parseBody } from "./http-request.js";
+import type { RunBacklog } from "../store/run-backlog.js";
 import type { SourceRunner } from "./runner.js";
 
 function parsePayload(text: string): unknown {
@@ -28,6 +29,8 @@ export class RuntimeWorkers {
     prefix: string;
     concurrency: number;
     runner: SourceRunner;
+    /** Counts each user's queued runs, whose priorities interleave users (store/run-backlog.ts). */
+    backlog: RunBacklog;
     logger: Logger;
     metrics: Metrics;
     now: () => number;
@@ -36,29 +39,35 @@ export class RuntimeWorkers {
       QUEUES.sourceRun,
       async (job: Job) => {
         const data = sourceRunJob.parse(job.data);
-        if (data.kind === "http") {
-          const r = data.request;
-          const event = { ...r, body: parseBody(r.bodyRaw, r.headers["content-type"] ?? "") };
-          await d.runner.run({ userId: data.userId, sourceId: data.sourceId, trigger: "http", event });
-        } else if (data.kind === "event") {
-          await d.runner.run({
-            userId: data.userId,
-            sourceId: data.sourceId,
-            trigger: "event",
-            event: parsePayload(data.payload),
-            hops: data.hops,
-          });
-        } else {
-          await d.runner.run({
-            userId: data.userId,
-            sourceId: data.sourceId,
-            trigger: "timer",
-            event: { timestamp: Math.floor(d.now() / 1000), interval_seconds: null },
-          });
-        }
+        await runJob(data);
+        // The job ends (completes) after this: the run leaves its user's backlog. A worker killed
+        // before here redoes the run (the job stalls) and counts it out then.
+        await d.backlog.done(data.userId).catch((err) => d.logger.warn({ err }, "run backlog count failed"));
       },
       { connection: d.connection, prefix: d.prefix, concurrency: d.concurrency, autorun: false, ...WORKER_RECOVERY },
     );
+    const runJob = async (data: ReturnType<typeof sourceRunJob.parse>): Promise<void> => {
+      if (data.kind === "http") {
+        const r = data.request;
+        const event = { ...r, body: parseBody(r.bodyRaw, r.headers["content-type"] ?? "") };
+        await d.runner.run({ userId: data.userId, sourceId: data.sourceId, trigger: "http", event });
+      } else if (data.kind === "event") {
+        await d.runner.run({
+          userId: data.userId,
+          sourceId: data.sourceId,
+          trigger: "event",
+          event: parsePayload(data.payload),
+          hops: data.hops,
+        });
+      } else {
+        await d.runner.run({
+          userId: data.userId,
+          sourceId: data.sourceId,
+          trigger: "timer",
+          event: { timestamp: Math.floor(d.now() / 1000), interval_seconds: null },
+        });
+      }
+    };
     this.ticks = new Worker(
       QUEUES.timers,
       async (job: Job) => {

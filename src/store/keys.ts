@@ -65,6 +65,8 @@ export function createKeys(prefix: string) {
     sourceDedupe: (userId: string, id: string) => `${u(userId)}:dedupe:${id}`,
     /** token bucket of a source's HTTP endpoint */
     sourceRate: (userId: string, id: string) => `${u(userId)}:rate:${id}`,
+    /** the user's source runs queued and not yet finished (store/run-backlog.ts: their BullMQ priority) */
+    runBacklog: (userId: string) => `${u(userId)}:run-backlog`,
     /** token bucket of the user's ingress (workflow emits and HTTP source requests) */
     ingressRate: (userId: string) => `${u(userId)}:ingress-rate`,
 

@@ -43,4 +43,14 @@ export class UsageCounters {
       .expire(key, 2 * 86_400)
       .exec();
   }
+
+  /** Adds sandbox time without an invocation (lifecycle hooks): free users' daily compute time. */
+  async countCompute(userId: string, computeMs: number, nowMs: number): Promise<void> {
+    const key = this.keys.usage(userId, utcDay(nowMs));
+    await this.redis
+      .multi()
+      .hincrbyfloat(key, "compute_ms", Math.max(0, computeMs))
+      .expire(key, 2 * 86_400)
+      .exec();
+  }
 }

@@ -88,6 +88,12 @@ export class HostBridge {
   private emittedBytes = 0;
   private dbWrittenBytes = 0;
   private fetches = 0;
+  /** Fetches of the run in flight, those waiting for one of them to end, and the body bytes received. */
+  private fetchesInFlight = 0;
+  private readonly fetchQueue: (() => void)[] = [];
+  private fetchedBytes = 0;
+  /** Bytes the fetches in flight may still receive (each reserves its largest body up front). */
+  private reservedBytes = 0;
   private readonly state = new Map<string, string>();
   private stateBytes = 0;
   /** Made by the first fetch of the run (an AbortController costs more than a trivial run). */
@@ -297,21 +303,43 @@ export class HostBridge {
       signal: this.abort.signal,
       ...(typeof body === "string" || body instanceof Uint8Array ? { body } : {}),
     };
-    // The promise chain never throws: a failed fetch rejects in the guest, never in the host.
-    Promise.resolve()
-      .then(() => this.opts.fetch(target, init))
-      .then(
-        (res) => {
-          const pairs = Object.entries(res.headers ?? {}).map(([k, v]) => [k, String(v)]);
-          return this.settleGuest(Number(id), true, {
-            status: res.status,
-            statusText: res.statusText ?? "",
-            headers: pairs,
-            body: String(res.body),
-          });
-        },
-        (err: unknown) => this.settleGuest(Number(id), false, err instanceof Error ? err.message : String(err)),
-      );
+    const limits = this.opts.limits;
+    const go = () => {
+      if (this.closed) return;
+      this.fetchesInFlight++;
+      const left = limits.maxFetchBytesPerRun - this.fetchedBytes - this.reservedBytes;
+      const reserved = Math.max(0, Math.min(left, limits.maxFetchResponseBytes));
+      this.reservedBytes += reserved;
+      // The promise chain never throws: a failed fetch rejects in the guest, never in the host.
+      Promise.resolve()
+        .then(() => {
+          if (reserved <= 0) {
+            throw new Error(`fetch: the run's responses reached ${Math.round(limits.maxFetchBytesPerRun / 2 ** 20)} MB, the limit per run`);
+          }
+          return this.opts.fetch(target, { ...init, maxBytes: reserved });
+        })
+        .then(
+          (res) => {
+            const body = String(res.body);
+            this.reservedBytes -= reserved;
+            this.fetchedBytes += Math.min(body.length, reserved);
+            const pairs = Object.entries(res.headers ?? {}).map(([k, v]) => [k, String(v)]);
+            return this.settleGuest(Number(id), true, { status: res.status, statusText: res.statusText ?? "", headers: pairs, body });
+          },
+          (err: unknown) => {
+            this.reservedBytes -= reserved;
+            return this.settleGuest(Number(id), false, err instanceof Error ? err.message : String(err));
+          },
+        )
+        .finally(() => {
+          this.fetchesInFlight--;
+          this.fetchQueue.shift()?.();
+        });
+    };
+    // Past maxFetchesInFlightPerRun a fetch waits for one of the run's others to end (the run's
+    // time limit bounds the wait): the daemon never buffers more than that many bodies per run.
+    if (this.fetchesInFlight < limits.maxFetchesInFlightPerRun) go();
+    else this.fetchQueue.push(go);
   }
 
   private async settleGuest(id: number, ok: boolean, value: unknown): Promise<void> {

@@ -71,7 +71,12 @@ const fetchThroughDaemon: HostFetch = (url, init) =>
       t: "fetch",
       fid,
       url,
-      init: { method: init.method, headers: init.headers, ...(init.body === undefined ? {} : { body: init.body }) },
+      init: {
+        method: init.method,
+        headers: init.headers,
+        ...(init.body === undefined ? {} : { body: init.body }),
+        ...(init.maxBytes === undefined ? {} : { maxBytes: init.maxBytes }),
+      },
     });
   });
 

@@ -29,6 +29,7 @@ export interface FetchRequestData {
   method: string;
   headers: Record<string, string>;
   body?: string | Uint8Array;
+  maxBytes?: number;
 }
 
 /** Daemon → sandbox process. */

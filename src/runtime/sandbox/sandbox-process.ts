@@ -1,7 +1,7 @@
 import { type ChildProcess, fork } from "node:child_process";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { type FromHost, SANDBOX_HOST_CONFIG_ENV, type SandboxHostConfig, type ToHost } from "./sandbox-ipc.js";
+import { type FetchRequestData, type FromHost, SANDBOX_HOST_CONFIG_ENV, type SandboxHostConfig, type ToHost } from "./sandbox-ipc.js";
 import type { HostFetch, HttpResponse, InspectResult, RunError, RunRequest, RunResult } from "./types.js";
 
 /**
@@ -229,7 +229,7 @@ export class SandboxProcess {
     }
   }
 
-  private fetch(fid: number, url: string, init: { method: string; headers: Record<string, string>; body?: string | Uint8Array }): void {
+  private fetch(fid: number, url: string, init: FetchRequestData): void {
     const abort = new AbortController();
     this.fetches.set(fid, abort);
     Promise.resolve()

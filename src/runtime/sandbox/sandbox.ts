@@ -1,7 +1,7 @@
 import ivm from "isolated-vm";
 import { copyPrefix, type GuestOutputs, HostBridge, metadataHostCallback, RunLimitError } from "./host-bridge.js";
 import { IsolatePool, type Lease } from "./isolate-pool.js";
-import { type SourceContext, type UserIsolate, UserIsolates } from "./user-isolates.js";
+import { IsolatesBusyError, type SourceContext, type UserIsolate, UserIsolates } from "./user-isolates.js";
 import {
   CROSSING_LIMITS,
   DEFAULT_LIMITS,
@@ -122,7 +122,14 @@ export class Sandbox implements SandboxService {
   async run(req: RunRequest): Promise<RunResult> {
     // A run without a user gets an isolate of its source's own: never one shared with other code.
     const owner = req.userId !== undefined ? `user:${req.userId}` : `source:${req.sourceId}`;
-    const ui = await this.users.acquire(owner);
+    let ui: UserIsolate;
+    try {
+      ui = await this.users.acquire(owner, req.maxWaitMs);
+    } catch (err) {
+      if (!(err instanceof IsolatesBusyError)) throw err;
+      const error = limitError("SANDBOX_BUSY", err.message);
+      return { emits: [], logs: [], db: req.db, dbChanged: false, error, responded: false, durationMs: 0 };
+    }
     // Time spent waiting for an isolate is not the component's: the clock starts now.
     const started = performance.now();
     const deadline = started + this.limits.timeoutMs;

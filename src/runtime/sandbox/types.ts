@@ -20,6 +20,12 @@ export interface SandboxLimits {
   maxDbBytes?: number;
   /** `fetch` calls allowed per run. */
   maxFetchesPerRun?: number;
+  /** `fetch` calls of one run in flight at once; more wait their turn (bounds what the daemon buffers). */
+  maxFetchesInFlightPerRun?: number;
+  /** Bytes of response bodies one run's fetches may receive in all; past it a fetch fails. */
+  maxFetchBytesPerRun?: number;
+  /** Largest response body of one fetch (the daemon caps it at 5 MB whatever this says). */
+  maxFetchResponseBytes?: number;
   /**
    * Timer callbacks (setTimeout, setInterval, setImmediate) fired per run; past it the run ends
    * with TIMER_LIMIT. Bounds how often a run re-enters its isolate.
@@ -35,6 +41,9 @@ export const DEFAULT_LIMITS = {
   maxLogLineBytes: 16 * 1024,
   maxDbBytes: 4 * 1024 * 1024,
   maxFetchesPerRun: 100,
+  maxFetchesInFlightPerRun: 4,
+  maxFetchBytesPerRun: 20 * 1024 * 1024,
+  maxFetchResponseBytes: 5 * 1024 * 1024,
   maxTimerFiringsPerRun: 10_000,
 } as const;
 
@@ -75,6 +84,8 @@ export interface HostFetchInit {
   body?: string | Uint8Array;
   /** Aborted when the run ends or times out. */
   signal: AbortSignal;
+  /** The largest body this response may have (what is left of the run's budget); the host's own cap applies too. */
+  maxBytes?: number;
 }
 
 export interface HostFetchResponse {
@@ -124,6 +135,11 @@ export interface RunRequest {
   event?: unknown;
   /** Called for the first `this.http.respond()` of the run only. */
   onRespond?: (response: HttpResponse) => void;
+  /**
+   * How long the run may wait for its user's isolate while other users hold every one; past it
+   * the run never starts and ends at once with SANDBOX_BUSY. Absent: it waits its turn.
+   */
+  maxWaitMs?: number;
 }
 
 export interface EmitMeta {

@@ -82,6 +82,13 @@ interface Waiter {
   reject: (err: Error) => void;
 }
 
+/** Every isolate was held by other users' runs for the run's whole `maxWaitMs`. */
+export class IsolatesBusyError extends Error {
+  constructor() {
+    super("every sandbox isolate is held by other users' runs");
+  }
+}
+
 export class UserIsolates {
   /** By owner, least recently used first. */
   private readonly isolates = new Map<string, UserIsolate>();
@@ -119,7 +126,8 @@ export class UserIsolates {
   }
 
   /** The owner's isolate for one run (counted in `active` until `release`). */
-  async acquire(owner: string): Promise<UserIsolate> {
+  async acquire(owner: string, maxWaitMs?: number): Promise<UserIsolate> {
+    const deadline = maxWaitMs === undefined ? undefined : Date.now() + maxWaitMs;
     for (;;) {
       if (this.closed) throw new Error("the sandbox is closed");
       let ui = this.isolates.get(owner);
@@ -129,7 +137,7 @@ export class UserIsolates {
       }
       if (!ui && this.isolates.size >= this.maxIsolates) this.evictIdleIsolate();
       if (!ui && this.isolates.size >= this.maxIsolates) {
-        await new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject }));
+        await this.wait(deadline);
         continue;
       }
       ui ??= this.create(owner);
@@ -140,6 +148,37 @@ export class UserIsolates {
       ui.runs++;
       return ui;
     }
+  }
+
+  /** Waits for an isolate to be released; past `deadline`, throws an IsolatesBusyError. */
+  private wait(deadline: number | undefined): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      if (deadline === undefined) {
+        this.waiters.push({ resolve, reject });
+        return;
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        reject(new IsolatesBusyError());
+        return;
+      }
+      const waiter: Waiter = {
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        reject: (err) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      };
+      const timer = setTimeout(() => {
+        const i = this.waiters.indexOf(waiter);
+        if (i >= 0) this.waiters.splice(i, 1);
+        reject(new IsolatesBusyError());
+      }, left);
+      this.waiters.push(waiter);
+    });
   }
 
   /** The run is over: the isolate may be evicted or retired once no run uses it. */
