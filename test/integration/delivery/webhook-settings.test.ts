@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
-import type { Client } from "../../helpers/daemon.js";
+import { type Client, startTestDaemon } from "../../helpers/daemon.js";
 import { waitFor } from "../../helpers/receiver.js";
 import {
   arrived,
@@ -198,5 +198,34 @@ describe("per-webhook settings", () => {
     );
     for (const d of log) expect(d.attempts.map((a) => [a.attempt, a.status_code])).toEqual([[1, 200]]);
     expect(got.every((r) => r.headers["x-tributary-attempt"] === "1")).toBe(true);
+  });
+
+  it("shares the rate limit between worker processes", async () => {
+    // A second daemon on the same Redis prefix: both fan out and work the delivery queue.
+    const second = await startTestDaemon({ REDIS_KEY_PREFIX: h.td.prefix, ROLES: "worker" });
+    try {
+      const u = await h.td.createUser();
+      const path = hookPath("shared-limit");
+      const w = await webhookWith(u.api, rx.url(path), { rate_limit_per_second: 2 });
+      const p = workflowId();
+      await subscribe(u.api, p, w.id);
+      for (let i = 0; i < 10; i++) await emit(u.api, p, { n: i });
+
+      const got = await rx.waitFor((r) => (r.to(path).length >= 10 ? r.to(path) : undefined), {
+        timeoutMs: 30_000,
+        what: "10 rate-limited deliveries",
+      });
+      await quiet(h);
+      expect(rx.to(path)).toHaveLength(10);
+      expect(new Set(got.map((r) => JSON.stringify(r.json))).size).toBe(10);
+      const at = got.map((r) => r.at).sort((a, b) => a - b);
+      for (let i = 0; i < at.length; i++) {
+        const inWindow = at.filter((t) => t >= (at[i] as number) && t < (at[i] as number) + 1000).length;
+        expect(inWindow, `arrivals within 1 s of #${i}`).toBeLessThanOrEqual(3);
+      }
+    } finally {
+      // Not second.close(): that would drop the prefix the first daemon still uses.
+      await second.daemon.close();
+    }
   });
 });
