@@ -166,6 +166,21 @@ describe("per-webhook settings", () => {
     expect(rx.to(shortPath)).toHaveLength(4);
   });
 
+  it("runs a retry_schedule longer than the default to its end", async () => {
+    const u = await h.td.createUser();
+    const path = hookPath("long", () => ({ status: 500 }));
+    // 6 attempts, where DELIVERY_RETRY_SCHEDULE gives 4.
+    const w = await webhookWith(u.api, rx.url(path), { retry_schedule: "50ms,50ms,50ms,50ms,50ms" });
+    const p = workflowId();
+    await subscribe(u.api, p, w.id);
+    await emit(u.api, p, { long: true });
+
+    const failed = await onlyDelivery(u.api, w.id, "failed");
+    await quiet(h);
+    expect(failed.attempts.map((a) => a.attempt)).toEqual([1, 2, 3, 4, 5, 6]);
+    expect(rx.to(path)).toHaveLength(6);
+  });
+
   it("starts at most rate_limit_per_second attempts per second; waiting attempts are neither failures nor spent attempts", async () => {
     const u = await h.td.createUser();
     const path = hookPath("limited");
