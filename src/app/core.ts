@@ -4,6 +4,7 @@ import { Registry } from "prom-client";
 import type { Config } from "../config/schema.js";
 import { pooledRandomBytes } from "../domain/random-pool.js";
 import { maxAttempts } from "../domain/retry-policy.js";
+import { MAX_RETRY_DELAYS } from "../domain/webhook-settings.js";
 import { slugify } from "../domain/slug.js";
 import { Ingest } from "../events/ingest.js";
 import { createGuardedAgent } from "../net/guarded-agent.js";
@@ -156,7 +157,9 @@ export function createCore(o: CoreOptions) {
     ingest,
     runtime,
     /** Attempts a delivery gets in all (first attempt and retries). */
-    attempts: maxAttempts(config.deliveryRetryScheduleMs),
+    // At least as many as the longest retry_schedule a webhook may have: the classifier ends each
+    // delivery at its own schedule's end, and the queue must not end it sooner.
+    attempts: Math.max(maxAttempts(config.deliveryRetryScheduleMs), MAX_RETRY_DELAYS + 1),
   };
 }
 

@@ -7,6 +7,7 @@ import { DeliveryWorker } from "../delivery/worker.js";
 import { FanoutWorker } from "../events/fanout.js";
 import { MaintenanceWorker } from "../events/maintenance.js";
 import { ListenerCache } from "../store/listener-cache.js";
+import { KeyedRateLimiter } from "../store/rate-limit.js";
 import type { Connections } from "./connections.js";
 import type { Core } from "./core.js";
 import type { Shutdown } from "./shutdown.js";
@@ -38,12 +39,14 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
   shutdown.on("workers", "listener cache", () => listenerCache.stop());
   const sender = createSender({ agent: core.agent, timeoutMs: config.deliveryTimeoutMs });
   shutdown.on("resources", "sender", () => sender.close());
+  const webhookRates = new KeyedRateLimiter(conns.commands);
   const attempter = new Attempter({
     sender,
     attemptLog: stores.attemptLog,
     listeners: listenerCache,
     webhooks: stores.webhooks,
     scheduleMs: config.deliveryRetryScheduleMs,
+    rateLimit: (userId, webhookId, rate) => webhookRates.take(keys.webhookRate(userId, webhookId), rate),
     logger,
     metrics,
   });

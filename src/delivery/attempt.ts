@@ -1,6 +1,7 @@
 import { planAttempt, readsRecord, type RunCounts } from "../domain/delivery-plan.js";
 import { classifyAttempt, describeAnswer, type Outcome } from "../domain/delivery-outcome.js";
 import { previousSecretInEffect } from "../domain/signing.js";
+import { retryScheduleMs } from "../domain/webhook-settings.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { DeliveryJob } from "../queue/catalog.js";
@@ -22,7 +23,14 @@ export interface AttempterDeps {
   listeners: Pick<ListenerCache, "get" | "workflow">;
   /** Where a 410 Gone deactivates a webhook. */
   webhooks: Pick<WebhookStore, "update">;
+  /** DELIVERY_RETRY_SCHEDULE: the delays of every listener without a `retry_schedule` of its own. */
   scheduleMs: readonly number[];
+  /**
+   * Takes a token of a webhook's `rate_limit_per_second` bucket, shared by every worker process
+   * (store/rate-limit.ts KeyedRateLimiter): 0 when the attempt may start, else the wait in ms.
+   * Without it, rate limits are not applied.
+   */
+  rateLimit?: (userId: string, webhookId: string, ratePerSecond: number) => Promise<number>;
   logger: Logger;
   metrics: Metrics;
   now?: () => number;
@@ -34,7 +42,23 @@ export interface AttempterDeps {
  * the listener was deleted (its attempt log went with it, so nothing is recorded), `undeliverable`
  * for a listener that cannot receive.
  */
-type Target = Destination | { readonly skip: string; readonly why: "gone" | "inactive" | "undeliverable" };
+type Target = Resolved | { readonly skip: string; readonly why: "gone" | "inactive" | "undeliverable" };
+
+/** A destination with the webhook's settings that are not the request's own (SPEC §12). */
+interface Resolved extends Destination {
+  /** The webhook's `retry_schedule`, when it has one. */
+  readonly scheduleMs?: readonly number[] | undefined;
+  readonly ratePerSecond?: number | null | undefined;
+}
+
+/**
+ * An attempt not made because its webhook's rate limit was reached: the caller makes it again in
+ * `delayMs` (a delayed job), without counting an attempt of the schedule or a failure.
+ */
+export interface RateLimited {
+  readonly kind: "rate_limited";
+  readonly delayMs: number;
+}
 
 /**
  * Makes one delivery attempt, for the queue's worker (delivery/worker.ts) and for fan-out's direct
@@ -56,7 +80,7 @@ export class Attempter {
     this.random = d.random ?? Math.random;
   }
 
-  async attempt(job: DeliveryJob, run: RunCounts): Promise<Outcome | undefined> {
+  async attempt(job: DeliveryJob, run: RunCounts): Promise<Outcome | RateLimited | undefined> {
     const [record, target] = await Promise.all([
       readsRecord(job, run) ? this.d.attemptLog.get(job.userId, job.deliveryId) : undefined,
       this.resolveTarget(job),
@@ -67,6 +91,14 @@ export class Attempter {
       await this.recordSkipped(job, target, record);
       return undefined;
     }
+    if (target.ratePerSecond && this.d.rateLimit) {
+      const waitMs = await this.d.rateLimit(job.userId, job.listenerId, target.ratePerSecond);
+      if (waitMs > 0) {
+        this.d.metrics.deliveries.inc({ listener_kind: job.listenerKind, outcome: "rate_limited" });
+        // Spread over one interval, so the waiting attempts do not all come back at the same moment.
+        return { kind: "rate_limited", delayMs: waitMs + Math.floor(this.random() * (1000 / target.ratePerSecond)) };
+      }
+    }
     const nowMs = this.now();
     const result = await this.d.sender.send(prepareRequest(job, target, plan.headerAttempt, nowMs));
     this.d.metrics.deliveryAttemptDuration.observe({ listener_kind: job.listenerKind }, result.durationMs / 1000);
@@ -75,7 +107,7 @@ export class Attempter {
       errorKind: "errorKind" in result ? result.errorKind : undefined,
       retryAfter: "retryAfter" in result ? result.retryAfter : null,
       attemptsMade: plan.position,
-      scheduleMs: this.d.scheduleMs,
+      scheduleMs: target.scheduleMs ?? this.d.scheduleMs,
       nowMs,
       random: this.random,
     });
@@ -99,7 +131,7 @@ export class Attempter {
       : this.d.listeners.workflow(job.userId, job.listenerId).then(workflowTarget);
   }
 
-  private async recordSkipped(job: DeliveryJob, target: Exclude<Target, Destination>, record: DeliveryRecord | undefined): Promise<void> {
+  private async recordSkipped(job: DeliveryJob, target: Exclude<Target, Resolved>, record: DeliveryRecord | undefined): Promise<void> {
     this.d.metrics.deliveries.inc({
       listener_kind: job.listenerKind,
       outcome: target.why === "undeliverable" ? "undeliverable" : "skipped",
@@ -161,7 +193,15 @@ export class Attempter {
 function webhookTarget(w: WebhookRecord | undefined, nowMs: number): Target {
   if (!w) return { skip: "webhook was deleted", why: "gone" };
   if (!w.active) return { skip: "webhook is inactive", why: "inactive" };
-  return { url: w.url, secret: w.signing_secret, previousSecret: previousSecretInEffect(w, nowMs) };
+  return {
+    url: w.url,
+    secret: w.signing_secret,
+    previousSecret: previousSecretInEffect(w, nowMs),
+    headers: w.headers,
+    timeoutMs: w.timeout_ms,
+    scheduleMs: retryScheduleMs(w.retry_schedule),
+    ratePerSecond: w.rate_limit_per_second,
+  };
 }
 
 function workflowTarget(wf: WorkflowRecord | undefined): Target {

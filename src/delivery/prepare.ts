@@ -12,6 +12,10 @@ export interface Destination {
    * newest first, so receivers holding either secret verify it.
    */
   readonly previousSecret?: string | null;
+  /** A webhook's static headers (its `headers` setting); they never replace the delivery's own. */
+  readonly headers?: Readonly<Record<string, string>> | null;
+  /** A webhook's `timeout_ms`, else the sender's default. */
+  readonly timeoutMs?: number | null;
 }
 
 /**
@@ -39,5 +43,8 @@ export function prepareRequest(job: DeliveryJob, to: Destination, headerAttempt:
     headers["webhook-signature"] = to.previousSecret
       ? signatureHeader([to.secret, to.previousSecret], job.deliveryId, timestamp, job.payload)
       : signPayload(to.secret, job.deliveryId, timestamp, job.payload);
-  return { url: to.url, body: job.payload, headers };
+  if (to.headers) {
+    for (const name in to.headers) if (!(name in headers)) headers[name] = to.headers[name] as string;
+  }
+  return to.timeoutMs ? { url: to.url, body: job.payload, headers, timeoutMs: to.timeoutMs } : { url: to.url, body: job.payload, headers };
 }

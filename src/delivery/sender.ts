@@ -20,6 +20,8 @@ export interface SendRequest {
   readonly body: string;
   /** Sent as given; `content-type: application/json` is added when absent. */
   readonly headers: Readonly<Record<string, string>>;
+  /** This attempt's deadline (a webhook's `timeout_ms`); the sender's `timeoutMs` when absent. */
+  readonly timeoutMs?: number;
 }
 
 export interface Sender {
@@ -56,6 +58,7 @@ export function createSender(options: SenderOptions): Sender {
 
   async function send(req: SendRequest): Promise<SendResult> {
     const started = now();
+    const timeoutMs = req.timeoutMs ?? options.timeoutMs;
     if (closed) return { errorKind: "other", error: "sender is closed", durationMs: 0 };
     // undici takes an EventEmitter as the abort signal; an AbortController (an EventTarget) cost
     // about 15 µs more per attempt, measured.
@@ -64,7 +67,7 @@ export function createSender(options: SenderOptions): Sender {
     const timer = setTimeout(() => {
       timedOut = true;
       abort.emit("abort");
-    }, options.timeoutMs);
+    }, timeoutMs);
     inFlight.add(abort);
     try {
       const target = targets.of(req.url);
@@ -77,8 +80,8 @@ export function createSender(options: SenderOptions): Sender {
         headers: withContentType(req.headers),
         signal: abort,
         // Belt and braces with the abort timer: undici's own timers also bound each phase.
-        headersTimeout: options.timeoutMs,
-        bodyTimeout: options.timeoutMs,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
       });
       // Once the status line is in, the receiver has answered; a body that stalls or breaks
       // afterwards only shortens the snippet, it does not turn the answer into a failure. A 2xx
@@ -94,11 +97,7 @@ export function createSender(options: SenderOptions): Sender {
       };
     } catch (err) {
       const errorKind: AttemptErrorKind = timedOut ? "timeout" : classifySendError(err);
-      const error = timedOut
-        ? `no complete response within ${options.timeoutMs} ms`
-        : closed
-          ? "sender closed during the attempt"
-          : describe(err);
+      const error = timedOut ? `no complete response within ${timeoutMs} ms` : closed ? "sender closed during the attempt" : describe(err);
       return { errorKind, error, durationMs: elapsed(started) };
     } finally {
       clearTimeout(timer);

@@ -1,4 +1,4 @@
-import { type ConnectionOptions, type Job, Worker } from "bullmq";
+import { type ConnectionOptions, DelayedError, type Job, Worker } from "bullmq";
 import type { Logger } from "../observability/logger.js";
 import { QUEUES } from "../queue/catalog.js";
 import { WORKER_RECOVERY } from "../queue/worker-options.js";
@@ -38,7 +38,7 @@ export class DeliveryWorker {
   private readonly worker: Worker;
 
   constructor(private readonly d: DeliveryWorkerDeps) {
-    this.worker = new Worker(QUEUES.delivery, (job) => this.process(job), {
+    this.worker = new Worker(QUEUES.delivery, (job, token) => this.process(job, token), {
       connection: d.connection,
       prefix: d.prefix,
       concurrency: d.concurrency,
@@ -65,9 +65,15 @@ export class DeliveryWorker {
     void this.worker.run();
   }
 
-  private async process(bullJob: Job): Promise<void> {
+  private async process(bullJob: Job, token: string | undefined): Promise<void> {
     const outcome = await this.d.attempter.attempt(readDeliveryJob(bullJob.data, bullJob.id), bullJob);
     if (outcome?.kind === "retry") throw new RetryLater(outcome.delayMs, outcome.reason);
+    if (outcome?.kind === "rate_limited") {
+      // Over the webhook's rate limit: the same attempt later. Moved to delayed, the job keeps its
+      // attempt count (attemptsMade): the wait spends nothing of the retry schedule.
+      await bullJob.moveToDelayed(Date.now() + outcome.delayMs, token);
+      throw new DelayedError();
+    }
   }
 
   isRunning(): boolean {

@@ -3,6 +3,7 @@ import { hasIdShape, type RandomBytes } from "../domain/ids.js";
 import type { PageRequest } from "../domain/pagination.js";
 import { generateSigningSecret, parseSigningSecret } from "../domain/signing.js";
 import { validateWebhookUrl } from "../domain/url-rules.js";
+import { parseWebhookSettings } from "../domain/webhook-settings.js";
 import type { Page } from "../store/listing.js";
 import type { SubscriptionStore } from "../store/subscriptions.js";
 import type { WebhookPatch, WebhookRecord, WebhookStore } from "../store/webhooks.js";
@@ -19,6 +20,10 @@ export function webhookView(w: WebhookRecord, detail: boolean) {
     created_at: w.created_at,
     updated_at: w.updated_at,
     ...(detail ? { signing_secret: w.signing_secret } : {}),
+    headers: w.headers ?? null,
+    timeout_ms: w.timeout_ms ?? null,
+    retry_schedule: w.retry_schedule ?? null,
+    rate_limit_per_second: w.rate_limit_per_second ?? null,
   };
 }
 
@@ -60,7 +65,9 @@ export class WebhookService {
   create(userId: string, params: Record<string, unknown>): Promise<WebhookRecord> {
     if (params.url === undefined || params.url === "") throw new ValidationError("url is required");
     const url = validateWebhookUrl(params.url);
+    const settings = parseWebhookSettings(params);
     return this.store.create(userId, {
+      settings,
       url,
       name: optionalText(params.name, "name") ?? null,
       description: optionalText(params.description, "description") ?? null,
@@ -97,7 +104,8 @@ export class WebhookService {
 
   async update(userId: string, id: unknown, params: Record<string, unknown>): Promise<WebhookRecord> {
     const current = await this.get(userId, id);
-    const patch: WebhookPatch = {};
+    // Like name and description: an absent setting stays, null or "" clears it (the default).
+    const patch: WebhookPatch = parseWebhookSettings(params);
     if (params.url !== undefined) patch.url = validateWebhookUrl(params.url);
     const name = optionalText(params.name, "name");
     if (name !== undefined) patch.name = name;

@@ -72,6 +72,8 @@ export function createKeys(prefix: string) {
 
     webhooks: (userId: string) => `${u(userId)}:webhooks`,
     webhook: (userId: string, id: string) => `${u(userId)}:webhook:${id}`,
+    /** token bucket of a webhook's rate_limit_per_second, shared by every worker process */
+    webhookRate: (userId: string, id: string) => `${u(userId)}:webhook-rate:${id}`,
 
     workflows: (userId: string) => `${u(userId)}:workflows`,
     workflow: (userId: string, id: string) => `${u(userId)}:workflow:${id}`,

@@ -23,3 +23,25 @@ export class RateLimiter {
     return Number(await this.bucket([key], [this.ratePerSecond, this.burst, this.now(), cost]));
   }
 }
+
+/**
+ * A token bucket per key whose rate each call gives: a webhook's `rate_limit_per_second`, read from
+ * its record at each attempt, so a changed limit applies at once. The bucket holds one token: the
+ * attempts of a webhook start evenly spaced, `1000 / rate` ms apart, so no second ever sees more
+ * than `rate` of them start (plus the one at its edge), whichever worker process makes them.
+ */
+export class KeyedRateLimiter {
+  private readonly bucket: ScriptCall;
+
+  constructor(
+    redis: Redis,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.bucket = defineScript(redis, TOKEN_BUCKET);
+  }
+
+  /** Takes a token from `key` at `ratePerSecond`: 0 when the attempt may start, else the wait in ms. */
+  async take(key: string, ratePerSecond: number): Promise<number> {
+    return Number(await this.bucket([key], [ratePerSecond, 1, this.now(), 1]));
+  }
+}

@@ -8,6 +8,7 @@ import { epochSeconds, parseStored, type StoreContext } from "./context.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
 import { LocalChanges } from "./local-changes.js";
+import type { WebhookSettings } from "../domain/webhook-settings.js";
 import { listenerChangeMessage } from "./keys.js";
 import { REPLACE_AND_PUBLISH } from "./scripts/replace-and-publish.js";
 
@@ -25,6 +26,11 @@ export interface WebhookRecord {
   previous_signing_secret?: string | null;
   /** Epoch ms; absent on records never rotated. */
   previous_secret_expires_at_ms?: number | null;
+  /** Per-webhook delivery settings (domain/webhook-settings.ts); absent on older records = the defaults. */
+  headers?: Record<string, string> | null;
+  timeout_ms?: number | null;
+  retry_schedule?: string | null;
+  rate_limit_per_second?: number | null;
 }
 
 export interface WebhookPatch {
@@ -32,6 +38,10 @@ export interface WebhookPatch {
   name?: string | null;
   description?: string | null;
   active?: boolean;
+  headers?: Record<string, string> | null;
+  timeout_ms?: number | null;
+  retry_schedule?: string | null;
+  rate_limit_per_second?: number | null;
 }
 
 /**
@@ -65,7 +75,7 @@ export class WebhookStore {
    */
   async create(
     userId: string,
-    input: { url: string; name: string | null; description: string | null; signingSecret: string },
+    input: { url: string; name: string | null; description: string | null; signingSecret: string; settings?: Partial<WebhookSettings> },
   ): Promise<WebhookRecord> {
     const { keys } = this.ctx;
     const max = this.limits.webhooks;
@@ -80,6 +90,10 @@ export class WebhookStore {
       created_at: epochSeconds(now),
       updated_at: epochSeconds(now),
       signing_secret: input.signingSecret,
+      headers: input.settings?.headers ?? null,
+      timeout_ms: input.settings?.timeout_ms ?? null,
+      retry_schedule: input.settings?.retry_schedule ?? null,
+      rate_limit_per_second: input.settings?.rate_limit_per_second ?? null,
     };
     const [status, count] = (await this.cappedInsert(
       [keys.webhook(userId, record.id), keys.webhooks(userId)],

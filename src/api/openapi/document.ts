@@ -91,6 +91,19 @@ const webhookParams = (urlRequired: boolean): readonly Param[] => [
   { name: "url", schema: { type: "string", format: "uri" }, description: "http(s) URL with a hostname", required: urlRequired },
   { name: "name", schema: str, description: "Shown when listing webhooks" },
   { name: "description", schema: str, description: "Shown when listing webhooks" },
+  {
+    name: "headers",
+    schema: { type: "object" },
+    description:
+      "Static request headers (a JSON object; webhook-*, x-tributary-*, content-type, content-length, host refused); null clears",
+  },
+  { name: "timeout_ms", schema: { type: "integer", minimum: 100, maximum: 60000 }, description: "Attempt timeout in ms; null clears" },
+  { name: "retry_schedule", schema: str, description: "Delays between attempts, as DELIVERY_RETRY_SCHEDULE (5s,5m,30m); null clears" },
+  {
+    name: "rate_limit_per_second",
+    schema: { type: "integer", minimum: 1, maximum: 10000 },
+    description: "At most this many attempts start per second; null clears",
+  },
 ];
 const summaryQuery: readonly Param[] = [expand, eventName];
 

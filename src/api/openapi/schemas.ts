@@ -136,6 +136,17 @@ export const Webhook = named(
       .regex(/^whsec_/)
       .optional()
       .meta({ description: "Standard Webhooks secret (whsec_ + base64); absent in lists" }),
+    headers: z
+      .record(z.string(), z.string())
+      .nullable()
+      .meta({ description: "Static request headers added to every attempt; null when none" }),
+    timeout_ms: z.number().int().nullable().meta({ description: "Attempt timeout (100..60000 ms); null = DELIVERY_TIMEOUT_MS" }),
+    retry_schedule: z.string().nullable().meta({ description: "Delays between attempts (5s,5m,…); null = DELIVERY_RETRY_SCHEDULE" }),
+    rate_limit_per_second: z
+      .number()
+      .int()
+      .nullable()
+      .meta({ description: "At most this many attempts start per second; null = no limit" }),
   }),
 );
 

@@ -41,14 +41,22 @@ describe("POST /webhooks", () => {
       "active",
       "created_at",
       "description",
+      "headers",
       "id",
       "name",
+      "rate_limit_per_second",
+      "retry_schedule",
       "signing_secret",
+      "timeout_ms",
       "updated_at",
       "url",
       "user_id",
     ]);
     expect(w).toMatchObject({
+      headers: null,
+      timeout_ms: null,
+      retry_schedule: null,
+      rate_limit_per_second: null,
       user_id: u.id,
       url: "https://example.com:12345/endpoint?x=1",
       name: "hook",
@@ -154,7 +162,19 @@ describe("GET /users/me/webhooks", () => {
     expect(first.body.page_info).toEqual({ total_count: 3, count: 2, start_cursor: b64url(ids[2]!), end_cursor: b64url(ids[1]!) });
     expect(first.body.data.map((w: Json) => w.id)).toEqual([ids[2], ids[1]]);
     for (const w of first.body.data) {
-      expect(Object.keys(w).sort()).toEqual(["active", "created_at", "description", "id", "name", "updated_at", "url"]);
+      expect(Object.keys(w).sort()).toEqual([
+        "active",
+        "created_at",
+        "description",
+        "headers",
+        "id",
+        "name",
+        "rate_limit_per_second",
+        "retry_schedule",
+        "timeout_ms",
+        "updated_at",
+        "url",
+      ]);
     }
     expect(first.text).not.toContain("whsec_");
     const rest = await u.api.get("/v1/users/me/webhooks", { query: { limit: 2, after: first.body.page_info.end_cursor } });
