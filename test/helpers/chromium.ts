@@ -51,7 +51,8 @@ export async function openPage(binary: string, url: string): Promise<BrowserPage
       `--user-data-dir=${profile}`,
       "about:blank",
     ],
-    { stdio: ["ignore", "ignore", "pipe"] },
+    // Its own process group, so the cleanup can kill the helper processes it starts too.
+    { stdio: ["ignore", "ignore", "pipe"], detached: true },
   );
   const exited = new Promise<void>((resolve) => {
     if (child.exitCode !== null || child.signalCode !== null) resolve();
@@ -59,12 +60,22 @@ export async function openPage(binary: string, url: string): Promise<BrowserPage
   });
   /** Kills the browser, waits (bounded) until it is gone, then removes its profile. */
   const cleanup = async () => {
+    // The whole group: a renderer or utility process left alive keeps writing into the profile.
+    try {
+      if (child.pid !== undefined) process.kill(-child.pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
     if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([exited, new Promise((r) => (timer = setTimeout(r, 10_000)))]);
     clearTimeout(timer);
-    // Helper processes of the browser may still be letting go of files for a moment.
-    rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+    // A temporary profile that cannot be removed yet is no failure of the page under test.
+    try {
+      rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+    } catch {
+      // left in the temporary directory
+    }
   };
   let ws: WebSocket;
   try {
