@@ -88,9 +88,11 @@ describe("module state", () => {
   });
 
   it("releases every context it evicts: many sources through a small cap leave the isolate's memory alone", async () => {
-    // 32 MB, at most 4 contexts: 100 sources, each holding 1 MB in module scope. A leaked context
-    // would keep its megabyte, and the isolate would hit its memory limit within a few sources.
-    const small = new Sandbox({ memoryMb: 32, timeoutMs: 5000 }, { maxContexts: 4 });
+    // 64 MB, at most 4 contexts: 100 sources, each holding 1 MB in module scope. Leaked contexts
+    // would keep their megabyte each, and the isolate would hit its memory limit long before the
+    // last source; the headroom over the ~5 MB that 4 live contexts hold leaves V8 time to collect
+    // released ones on a loaded machine (at 32 MB a late collection failed a run once).
+    const small = new Sandbox({ memoryMb: 64, timeoutMs: 5000 }, { maxContexts: 4 });
     try {
       const code = await compiled(
         `const keep = new Array(128 * 1024).fill(0.5); module.exports = { name: "m", async run() { this.$emit(keep.length); } };`,
