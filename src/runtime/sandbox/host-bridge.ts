@@ -310,12 +310,11 @@ export class HostBridge {
       const left = limits.maxFetchBytesPerRun - this.fetchedBytes - this.reservedBytes;
       const reserved = Math.max(0, Math.min(left, limits.maxFetchResponseBytes));
       this.reservedBytes += reserved;
+      const runLimit = `fetch: the run's responses reached ${Math.round(limits.maxFetchBytesPerRun / 2 ** 20)} MB, the limit per run`;
       // The promise chain never throws: a failed fetch rejects in the guest, never in the host.
       Promise.resolve()
         .then(() => {
-          if (reserved <= 0) {
-            throw new Error(`fetch: the run's responses reached ${Math.round(limits.maxFetchBytesPerRun / 2 ** 20)} MB, the limit per run`);
-          }
+          if (reserved <= 0) throw new Error(runLimit);
           return this.opts.fetch(target, { ...init, maxBytes: reserved });
         })
         .then(
@@ -328,7 +327,11 @@ export class HostBridge {
           },
           (err: unknown) => {
             this.reservedBytes -= reserved;
-            return this.settleGuest(Number(id), false, err instanceof Error ? err.message : String(err));
+            const message = err instanceof Error ? err.message : String(err);
+            // A body cut at what was left of the run's budget (less than one fetch's own cap) is
+            // the run's limit speaking, not the per-fetch one: say so, not an odd byte count.
+            const cutByRun = reserved < limits.maxFetchResponseBytes && /response body exceeds/.test(message);
+            return this.settleGuest(Number(id), false, cutByRun ? runLimit : message);
           },
         )
         .finally(() => {
