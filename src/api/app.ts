@@ -44,7 +44,11 @@ export interface ApiDeps {
   readonly workflows: WorkflowService;
   /** Removes a user and all their data (admin DELETE). */
   readonly purgeUser: (userId: string) => Promise<void>;
-  /** Readiness: Redis answers and this process's roles run. */
+  /**
+   * Readiness: Redis answers and this process's roles run. Bounded by its maker
+   * (app/readiness.ts `processReadiness`): it never throws and answers false within 1.5 s even
+   * while Redis stalls, so /readyz needs no deadline of its own.
+   */
   readonly ready: () => Promise<boolean>;
   /** More authenticated /v1 routes (events, ingress, delivery log). */
   readonly v1Modules?: readonly RouteModule[];
@@ -97,25 +101,6 @@ function mounted(path: string, methods: readonly string[], sub: string): RouteEn
 /** The router answers 405 with the real `Allow` header; the error middleware adds the JSON body. */
 const allowedMethods = (router: Router) => router.allowedMethods({ throw: false });
 
-/**
- * /readyz answers within this even while Redis stalls (a stalled Redis is not ready): probes and
- * `tributary healthcheck` give up after 2 s, and an answer that never comes tells them less than 503.
- */
-const READY_DEADLINE_MS = 1500;
-
-/** `p`, or `fallback` once `ms` have passed without it. */
-async function withDeadline<T>(p: Promise<T>, ms: number, fallback: T): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<T>((resolve) => {
-    timer = setTimeout(() => resolve(fallback), ms);
-  });
-  try {
-    return await Promise.race([p, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 /** `%24errors` reaches the same route as `$errors`. */
 const decodeDollar: Middleware = async (ctx, next) => {
   if (ctx.path.includes("%24")) ctx.path = ctx.path.replace(/%24/g, "$");
@@ -153,11 +138,7 @@ export function createApp(deps: ApiDeps): Koa {
     ctx.body = { status: "ok" };
   });
   ops.get("/readyz", async (ctx) => {
-    const ok = await withDeadline(
-      deps.ready().catch(() => false),
-      READY_DEADLINE_MS,
-      false,
-    );
+    const ok = await deps.ready();
     ctx.status = ok ? 200 : 503;
     ctx.body = ok ? { status: "ready" } : { error: "not ready", code: "not_ready" };
   });

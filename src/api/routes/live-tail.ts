@@ -37,8 +37,8 @@ function sourceIdOf(raw: string): string {
   return raw.startsWith("dc_") ? raw : `dc_${raw}`;
 }
 
-function lastEventIdOf(ctx: Context): string | undefined {
-  const raw = ctx.get("last-event-id") || params(ctx).last_event_id;
+function lastEventIdOf(ctx: Context, query: Record<string, unknown>): string | undefined {
+  const raw = ctx.get("last-event-id") || query.last_event_id;
   if (raw === undefined || raw === "") return undefined;
   if (!isEventId(raw)) throw new ValidationError("Last-Event-ID must be an event id (<ms>-<seq>)", "invalid_cursor");
   return raw;
@@ -51,14 +51,14 @@ function lastEventIdOf(ctx: Context): string | undefined {
  */
 export function liveTailRoutes(deps: LiveTailRouteDeps): { v1: RouteModule; streams: Middleware; router: Router } {
   /** The user behind the API key, or behind a browser token issued for this source. */
-  const authorize = async (ctx: Context, kind: EmitterKind, emitterId: string): Promise<string> => {
+  const authorize = async (ctx: Context, query: Record<string, unknown>, kind: EmitterKind, emitterId: string): Promise<string> => {
     const key = bearer(ctx);
     if (key) {
       const userId = await deps.authenticator.authenticate(key);
       if (!userId) throw new UnauthorizedError("invalid or revoked API key");
       return userId;
     }
-    const token = params(ctx).token;
+    const token = query.token;
     if (typeof token !== "string" || token === "") {
       throw new UnauthorizedError("missing Authorization: Bearer <API key> header or ?token= from POST /v1/sources/{id}/sse_tokens");
     }
@@ -70,11 +70,12 @@ export function liveTailRoutes(deps: LiveTailRouteDeps): { v1: RouteModule; stre
   const stream = (kind: EmitterKind, fixedChannel?: string) => async (ctx: Context) => {
     const raw = (ctx as Context & { params: { id: string } }).params.id;
     const emitterId = kind === "source" ? sourceIdOf(raw) : raw;
-    const userId = await authorize(ctx, kind, emitterId);
+    const query = params(ctx);
+    const userId = await authorize(ctx, query, kind, emitterId);
     // A foreign or unknown id is a 404 before the stream opens.
     const emitter = kind === "source" ? await deps.sources.get(userId, emitterId) : await deps.workflows.get(userId, emitterId);
-    const channel = fixedChannel ?? parseEventName(params(ctx).event_name, { required: false });
-    const lastEventId = lastEventIdOf(ctx);
+    const channel = fixedChannel ?? parseEventName(query.event_name, { required: false });
+    const lastEventId = lastEventIdOf(ctx, query);
     if (ctx.method === "HEAD") {
       // What a GET would answer, without opening a stream (a HEAD response has no body to stream into).
       ctx.status = 200;
