@@ -25,6 +25,37 @@ export function boundedReadiness(probe: () => Promise<boolean>, deadlineMs = REA
   };
 }
 
+/**
+ * How long one readiness answer is reused. Kubernetes probes, `tributary healthcheck` and every
+ * Prometheus scrape of `tributary_ready` ask for it; without reuse each asked for a PING and a
+ * trivial component build of its own.
+ */
+export const READY_REUSE_MS = 1000;
+
+/**
+ * `check` asked at most once per `reuseMs`: callers that ask while a check runs share it, and an
+ * answer younger than `reuseMs` is given again without checking.
+ */
+export function sharedCheck(check: () => Promise<boolean>, reuseMs = READY_REUSE_MS, now: () => number = Date.now): () => Promise<boolean> {
+  let running: Promise<boolean> | undefined;
+  let last: { readonly ok: boolean; readonly atMs: number } | undefined;
+  return () => {
+    if (running) return running;
+    if (last && now() - last.atMs < reuseMs) return Promise.resolve(last.ok);
+    const started = now();
+    running = check().finally(() => {
+      running = undefined;
+    });
+    running.then(
+      (ok) => {
+        last = { ok, atMs: started };
+      },
+      () => {},
+    );
+    return running;
+  };
+}
+
 /** What a process's readiness is made of. */
 export interface ReadinessParts {
   /** The command connection (its connection-level PING). */
@@ -38,15 +69,17 @@ export interface ReadinessParts {
 /**
  * The process's readiness, bounded: Redis answers, its roles run, and the component compiler can
  * build a trivial component (creating components needs it). /readyz (api role and ops listener)
- * and the `tributary_ready` gauge all read this one check.
+ * and the `tributary_ready` gauge all read this one check, shared (`sharedCheck`).
  */
 export function processReadiness(p: ReadinessParts): () => Promise<boolean> {
-  return boundedReadiness(
-    async () =>
-      p.redis.status === "ready" &&
-      (await p.redis.ping()) === "PONG" &&
-      p.runtime.running() &&
-      (p.delivery === undefined || p.delivery.running()) &&
-      (await p.analyzer.healthy()),
+  return sharedCheck(
+    boundedReadiness(
+      async () =>
+        p.redis.status === "ready" &&
+        (await p.redis.ping()) === "PONG" &&
+        p.runtime.running() &&
+        (p.delivery === undefined || p.delivery.running()) &&
+        (await p.analyzer.healthy()),
+    ),
   );
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { boundedReadiness } from "../../../src/app/readiness.js";
+import { boundedReadiness, sharedCheck } from "../../../src/app/readiness.js";
 
 describe("boundedReadiness", () => {
   it("passes the probe's answer through", async () => {
@@ -18,5 +18,55 @@ describe("boundedReadiness", () => {
   it("answers not ready once the deadline passes without an answer", async () => {
     const stalled = boundedReadiness(() => new Promise<boolean>(() => {}), 50);
     expect(await stalled()).toBe(false);
+  });
+});
+
+describe("sharedCheck", () => {
+  it("runs one check for callers that ask while it runs", async () => {
+    let runs = 0;
+    let finish: (ok: boolean) => void = () => {};
+    const check = sharedCheck(() => {
+      runs++;
+      return new Promise<boolean>((resolve) => {
+        finish = resolve;
+      });
+    });
+    const answers = [check(), check(), check()];
+    finish(true);
+    expect(await Promise.all(answers)).toEqual([true, true, true]);
+    expect(runs).toBe(1);
+  });
+
+  it("reuses an answer younger than the reuse time, then checks again", async () => {
+    let clock = 0;
+    let runs = 0;
+    let healthy = true;
+    const check = sharedCheck(
+      async () => {
+        runs++;
+        return healthy;
+      },
+      1000,
+      () => clock,
+    );
+    expect(await check()).toBe(true);
+    healthy = false;
+    clock = 999;
+    expect(await check()).toBe(true);
+    expect(runs).toBe(1);
+    clock = 1000;
+    expect(await check()).toBe(false);
+    expect(runs).toBe(2);
+  });
+
+  it("does not keep a failed check's rejection", async () => {
+    let fail = true;
+    const check = sharedCheck(async () => {
+      if (fail) throw new Error("down");
+      return true;
+    }, 0);
+    await expect(check()).rejects.toThrow("down");
+    fail = false;
+    expect(await check()).toBe(true);
   });
 });
