@@ -15,6 +15,7 @@ import { jsonBody } from "./middleware/body.js";
 import { errorHandler } from "./middleware/errors.js";
 import { observeRequests } from "./middleware/observe.js";
 import { buildOpenApiDocument } from "./openapi/document.js";
+import { OPS_PATHS, opsAnswer } from "./ops-answers.js";
 import { QUEUE_BOARD_PATH, type QueueBoard } from "./queue-board.js";
 import { adminRoutes } from "./routes/admin.js";
 import { componentRoutes } from "./routes/components.js";
@@ -134,18 +135,15 @@ export function createApp(deps: ApiDeps): Koa {
   app.use(decodeDollar);
 
   const ops = router();
-  ops.get("/healthz", (ctx) => {
-    ctx.body = { status: "ok" };
-  });
-  ops.get("/readyz", async (ctx) => {
-    const ok = await deps.ready();
-    ctx.status = ok ? 200 : 503;
-    ctx.body = ok ? { status: "ready" } : { error: "not ready", code: "not_ready" };
-  });
-  ops.get("/metrics", async (ctx) => {
-    ctx.type = deps.metrics.registry.contentType;
-    ctx.body = await deps.metrics.registry.metrics();
-  });
+  const opsSources = { registry: deps.metrics.registry, ready: deps.ready };
+  for (const path of OPS_PATHS) {
+    ops.get(path, async (ctx) => {
+      const answer = await opsAnswer(path, opsSources);
+      ctx.status = answer.status;
+      ctx.type = answer.contentType;
+      ctx.body = answer.body;
+    });
+  }
   // The API document and its reference page need no key (SPEC §10).
   docsRoutes(ops, { document: buildOpenApiDocument({ version: deps.version ?? "0.0.0" }) });
   const opsRoutes = ops.routes() as unknown as Middleware;

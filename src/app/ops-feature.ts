@@ -1,24 +1,19 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { Registry } from "prom-client";
+import { isOpsPath, type OpsSources, opsAnswer } from "../api/ops-answers.js";
 import type { Core } from "./core.js";
 import type { Shutdown } from "./shutdown.js";
-
-interface OpsDeps {
-  readonly registry: Registry;
-  /** Readiness of the whole process, bounded (app/readiness.ts): never throws, answers within 1.5 s. */
-  readonly ready: () => Promise<boolean>;
-}
 
 /**
  * The ops listener (OPS_PORT): /healthz, /readyz and /metrics only, with the api role's answers.
  * Processes without the api role serve no other HTTP, so in a split deployment (Kubernetes:
  * worker and scheduler Deployments) this is what their probes and Prometheus reach. A plain
- * node:http server: three fixed routes need no router, body parsing or auth.
+ * node:http server: three fixed routes need no router, body parsing or auth. The answers are the
+ * api role's own (api/ops-answers.ts).
  */
 export function createOpsFeature(core: Core, shutdown: Shutdown, ready: () => Promise<boolean>) {
   const { config, logger } = core;
-  const deps: OpsDeps = { registry: core.metrics.registry, ready };
+  const deps: OpsSources = { registry: core.metrics.registry, ready };
   const server = createServer((req, res) => void handle(deps, req, res));
   return {
     /** Listens on HOST:`port`; resolves with the bound port (useful with OPS_PORT=0). */
@@ -40,29 +35,17 @@ export function createOpsFeature(core: Core, shutdown: Shutdown, ready: () => Pr
   };
 }
 
-async function handle(deps: OpsDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const path = (req.url ?? "/").split("?")[0];
-  const known = path === "/healthz" || path === "/readyz" || path === "/metrics";
-  if (!known) return json(res, 404, { error: `no route for ${req.method} ${path}`, code: "route_not_found" });
+async function handle(deps: OpsSources, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const path = (req.url ?? "/").split("?")[0] ?? "/";
+  if (!isOpsPath(path)) return json(res, 404, { error: `no route for ${req.method} ${path}`, code: "route_not_found" });
   if (req.method !== "GET" && req.method !== "HEAD") {
     res.setHeader("allow", "HEAD, GET");
     return json(res, 405, { error: `method ${req.method} is not allowed on ${path}; allowed: HEAD, GET`, code: "method_not_allowed" });
   }
   try {
-    switch (path) {
-      case "/healthz":
-        return json(res, 200, { status: "ok" });
-      case "/readyz": {
-        const ok = await deps.ready();
-        return json(res, ok ? 200 : 503, ok ? { status: "ready" } : { error: "not ready", code: "not_ready" });
-      }
-      default: {
-        const text = await deps.registry.metrics();
-        res.writeHead(200, { "content-type": deps.registry.contentType });
-        res.end(text);
-        return;
-      }
-    }
+    const answer = await opsAnswer(path, deps);
+    res.writeHead(answer.status, { "content-type": answer.contentType });
+    res.end(typeof answer.body === "string" ? answer.body : JSON.stringify(answer.body));
   } catch {
     // Never an internal detail in the body (the api role's rule).
     return json(res, 500, { error: "internal server error", code: "internal_error" });
