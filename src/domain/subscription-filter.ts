@@ -37,17 +37,7 @@ export const FILTER_LIMITS = {
 } as const;
 
 const COMPARISONS = ["$gt", "$gte", "$lt", "$lte"] as const;
-const FIELD_OPERATORS = new Set([
-  "$eq",
-  "$neq",
-  ...COMPARISONS,
-  "$in",
-  "$nin",
-  "$exists",
-  "$startsWith",
-  "$contains",
-  "$not",
-]);
+const FIELD_OPERATORS = new Set(["$eq", "$neq", ...COMPARISONS, "$in", "$nin", "$exists", "$startsWith", "$contains", "$not"]);
 const COMBINATORS = new Set(["$and", "$or", "$not"]);
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -219,7 +209,9 @@ function compileOperator(op: string, operand: unknown, budget: Budget, path: str
       return (v) => typeof v === "string" && v.startsWith(operand);
     case "$contains":
       return (v) =>
-        typeof v === "string" ? typeof operand === "string" && v.includes(operand) : Array.isArray(v) && v.some((m) => deepEqual(m, operand));
+        typeof v === "string"
+          ? typeof operand === "string" && v.includes(operand)
+          : Array.isArray(v) && v.some((m) => deepEqual(m, operand));
     default: {
       // $not: a condition (a literal or an operator object), negated; true on a missing path.
       const inner = compileCondition(operand, budget, path);

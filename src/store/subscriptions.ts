@@ -171,9 +171,7 @@ export class SubscriptionStore {
         return this.matchScript([keys.subscriptions(userId), exact, globIndex], []) as Promise<(string | null)[] | null>;
       }),
     );
-    return replies.map((raws) =>
-      (raws ?? []).map(readRecord).filter((s): s is SubscriptionRecord => s !== undefined),
-    );
+    return replies.map((raws) => (raws ?? []).map(readRecord).filter((s): s is SubscriptionRecord => s !== undefined));
   }
 
   /**
