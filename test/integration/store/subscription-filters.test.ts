@@ -14,7 +14,7 @@ describe("stored subscription filters", () => {
     const userId = newUserId();
     const first = await w.subscriptions.create(userId, "p_orders", "wh_111111111111", "", { kind: "a" });
     // Empty arrays and objects (cjson would turn [] into {}), a nested "filter" key, odd strings.
-    const odd = { tags: { $in: [[], {}] }, "meta.filter": { $eq: { filter: ',"filter":' } }, $or: [{ n: { $gte: 1.5 } }, { s: "é\"\\" }] };
+    const odd = { tags: { $in: [[], {}] }, "meta.filter": { $eq: { filter: ',"filter":' } }, $or: [{ n: { $gte: 1.5 } }, { s: 'é"\\' }] };
     const again = await w.subscriptions.create(userId, "p_orders", "wh_111111111111", "default", odd);
     expect(again).toEqual({ ...first, filter: odd });
     expect(await w.subscriptions.get(userId, first.id)).toEqual({ ...first, filter: odd });
