@@ -1,4 +1,7 @@
+import { Queue } from "bullmq";
 import { describe, expect, it } from "vitest";
+import { QUEUES } from "../../../src/queue/catalog.js";
+import { createKeys } from "../../../src/store/keys.js";
 import type { Client } from "../../helpers/daemon.js";
 import { waitFor } from "../../helpers/receiver.js";
 import { arrived, createWebhook, emit, h, hookPath, installDeliveryHarness, quiet, rx, workflowId } from "../../helpers/delivery-e2e.js";
@@ -111,9 +114,19 @@ describe("subscription filters", () => {
       },
       { what: "the source's run of the matching event" },
     );
-    await quiet(h);
-    // The refused event was fanned out (and would have been queued) before the matching one: had it
-    // run, its event would most likely be here too; the filtered count above is the certain check.
+    // Once no source run waits or runs, a run of the refused event would have emitted by now.
+    const runs = new Queue(QUEUES.sourceRun, { connection: h.redis.duplicate(), prefix: createKeys(h.td.prefix).bullPrefix });
+    try {
+      await waitFor(
+        async () => {
+          const c = await runs.getJobCounts("wait", "active", "delayed", "prioritized");
+          return Object.values(c).every((n) => n === 0);
+        },
+        { what: "the source-run queue to be idle" },
+      );
+    } finally {
+      await runs.close();
+    }
     expect(got.map((e: { event: { got: { n: number } } }) => e.event.got.n)).toEqual([2]);
     expect((await events(u.api, source.id)).map((e: { event: { got: { n: number } } }) => e.event.got.n)).toEqual([2]);
   });
