@@ -197,8 +197,11 @@ function compileOperator(op: string, operand: unknown, budget: Budget, path: str
     case "$in":
     case "$nin": {
       if (!Array.isArray(operand)) throw bad("needs an array");
-      const members = operand as readonly unknown[];
-      const isIn = (v: Resolved) => v !== MISSING && members.some((m) => deepEqual(v, m));
+      // Scalars through a Set (same answers as deepEqual: ===, and JSON has no NaN), so a long list costs one lookup.
+      const scalars = new Set(operand.filter((m) => m === null || typeof m !== "object"));
+      const composites = operand.filter((m) => m !== null && typeof m === "object");
+      const isIn = (v: Resolved) =>
+        v !== MISSING && (v === null || typeof v !== "object" ? scalars.has(v) : composites.some((m) => deepEqual(v, m)));
       return op === "$in" ? isIn : (v) => !isIn(v);
     }
     case "$exists":
