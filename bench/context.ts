@@ -254,26 +254,35 @@ export async function buildContext(o: ContextOptions): Promise<BenchContext> {
       await apiData(setupUrl, key, "POST", "/v1/subscriptions", { emitter_id: emitter, listener_id: hook.id }, 200);
     }
     if (apiOnly) {
-      log(`pre-loading ${S.backlog} events into ${DRAIN_WORKFLOW} (API-only daemon)`);
-      const preloadStart = performance.now();
-      const chunk = 500;
-      for (let i = 0; i < S.backlog; i += chunk * 4) {
-        await Promise.all(
-          [0, 1, 2, 3].map(async (j) => {
-            const from = i + j * chunk;
-            const to = Math.min(S.backlog, from + chunk);
-            if (from >= to) return;
-            const events = [];
-            for (let s = from; s < to; s++) events.push({ event: smallEvent(s) });
-            await apiData(setupUrl, key, "POST", `/v1/workflows/${DRAIN_WORKFLOW}/events`, { events }, 202);
-          }),
-        );
-      }
-      const outboxLen = await redis.xlen(keys.outbox());
-      log(`  pre-loaded in ${fmt(performance.now() - preloadStart)} ms; outbox holds ${outboxLen}`);
-      if (outboxLen !== S.backlog) throw new Error(`outbox holds ${outboxLen} entries, expected ${S.backlog}: did the key layout change?`);
+      await preloadBacklog({ url: setupUrl, key, redis, keys, log }, DRAIN_WORKFLOW, S.backlog);
       await apiOnly.stop();
     }
   }
   return ctx;
+}
+
+/** Posts `n` small events to `workflow` in batches of 500, four at a time; checks the outbox then holds `n`. */
+export async function preloadBacklog(
+  o: { url: string; key: string; redis: Redis; keys: Keys; log: (msg: string) => void },
+  workflow: string,
+  n: number,
+): Promise<void> {
+  o.log(`pre-loading ${n} events into ${workflow} (API-only daemon)`);
+  const preloadStart = performance.now();
+  const chunk = 500;
+  for (let i = 0; i < n; i += chunk * 4) {
+    await Promise.all(
+      [0, 1, 2, 3].map(async (j) => {
+        const from = i + j * chunk;
+        const to = Math.min(n, from + chunk);
+        if (from >= to) return;
+        const events = [];
+        for (let s = from; s < to; s++) events.push({ event: smallEvent(s) });
+        await apiData(o.url, o.key, "POST", `/v1/workflows/${workflow}/events`, { events }, 202);
+      }),
+    );
+  }
+  const outboxLen = await o.redis.xlen(o.keys.outbox());
+  o.log(`  pre-loaded in ${fmt(performance.now() - preloadStart)} ms; outbox holds ${outboxLen}`);
+  if (outboxLen !== n) throw new Error(`outbox holds ${outboxLen} entries, expected ${n}: did the key layout change?`);
 }

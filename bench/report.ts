@@ -20,6 +20,17 @@ export interface LatencyResult {
   readonly directShare?: number;
 }
 
+/** Filtered subscriptions per event in the filters phase (bench/phases/filters.ts). */
+export const FILTERED_SUBSCRIPTIONS = 10;
+
+/** The filters phase: the same drain without and with filtered subscriptions. */
+export interface FilterDrainResult {
+  readonly plain: DrainResult;
+  readonly filtered: DrainResult;
+  /** tributary_deliveries_total{outcome="filtered"} after the filtered drain (undefined when /metrics cannot tell). */
+  readonly filteredCount?: number;
+}
+
 export interface Results {
   settings: {
     durationS: number;
@@ -47,6 +58,7 @@ export interface Results {
   /** Plain BullMQ at the judged latency rate (Queue.add -> worker -> undici). */
   bullLatency?: BullLatencyResult;
   drain?: DrainResult;
+  filterDrain?: FilterDrainResult;
   single?: ClosedLoopResult & { cost: Cost };
   batch?: ClosedLoopResult & { cost: Cost };
   latency: LatencyResult[];
@@ -163,6 +175,25 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     }),
     `${pct(r.drain?.cost?.pct)}; BullMQ: ${pct(r.bull?.cost?.pct)}`,
   ]);
+  if (r.filterDrain) {
+    const f = r.filterDrain;
+    const filterRatio = ratio(f.filtered.perSec, f.plain.perSec);
+    const filterCpuRatio = ratio(daemonUs(f.plain.cost), daemonUs(f.filtered.cost));
+    const counted = f.filteredCount === undefined ? "" : `; ${fmt(f.filteredCount)} counted filtered`;
+    rows.push([
+      `3b. Draining with ${FILTERED_SUBSCRIPTIONS} filtered subscriptions per event`,
+      `${drained(f.filtered)}${counted}`,
+      `the same drain without filters: ${drained(f.plain)}`,
+      `**${fmt(filterRatio, 2)}×** (CPU/delivery: ${fmt(filterCpuRatio, 2)}×)`,
+      "≥ 0.9× without filters",
+      judged(
+        Number.isNaN(filterRatio) ? undefined : filterRatio >= 0.9 && f.filtered.complete && f.plain.complete,
+        noise(f.filtered.cost, f.plain.cost),
+        { ok: filterCpuRatio >= 0.9, ratio: filterCpuRatio },
+      ),
+      `${pct(f.filtered.cost?.pct)}; without: ${pct(f.plain.cost?.pct)}`,
+    ]);
+  }
   for (const l of r.latency) {
     const complete = l.delivered === l.sent;
     rows.push([

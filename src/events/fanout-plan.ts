@@ -1,5 +1,6 @@
 import { type DeliveryOrigin, JOB_STARTS } from "../domain/delivery-plan.js";
 import { deliveryIdFor, type ListenerKind, listenerKindOf, sourceRunIdFor } from "../domain/ids.js";
+import type { FilterPredicate, FilterPredicates, SubscriptionFilter } from "../domain/subscription-filter.js";
 import { newDeliveryJob } from "../delivery/jobs.js";
 import type { DeliveryJob, SourceRunJob } from "../queue/catalog.js";
 import type { OutboxEntry } from "./outbox.js";
@@ -43,6 +44,46 @@ export function uniqueListeners(subs: readonly { readonly listener_id: string }[
   return [...new Set(subs.map((s) => s.listener_id))];
 }
 
+/** A listener an event's lookup matched, and the test its payload must pass (null: every event). */
+export interface MatchedListener {
+  readonly listenerId: string;
+  readonly accepts: FilterPredicate | null;
+}
+
+/**
+ * `uniqueListeners` with the subscriptions' filters (SPEC §12), compiled through `predicates` (a
+ * cache: fan-out compiles each distinct filter once). A listener that several subscriptions match
+ * (an exact and a glob one) takes the event when any of them does: unfiltered if one is.
+ */
+export function matchedListeners(
+  subs: readonly { readonly listener_id: string; readonly filter: SubscriptionFilter | null }[],
+  predicates: FilterPredicates,
+): MatchedListener[] {
+  const tests = new Map<string, FilterPredicate[] | null>();
+  for (const s of subs) {
+    const known = tests.get(s.listener_id);
+    if (known === null) continue;
+    if (s.filter === null) tests.set(s.listener_id, null);
+    else if (known) known.push(predicates.predicateFor(s.filter));
+    else tests.set(s.listener_id, [predicates.predicateFor(s.filter)]);
+  }
+  return [...tests].map(([listenerId, list]) => ({
+    listenerId,
+    accepts: list === null ? null : list.length === 1 ? (list[0] as FilterPredicate) : (p: unknown) => list.some((f) => f(p)),
+  }));
+}
+
+/** What a payload that is not JSON (none should be: it was parsed on the way in) reads as: matching no path. */
+const UNREADABLE = undefined;
+
+function parsePayload(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return UNREADABLE;
+  }
+}
+
 export interface FanoutPlan {
   /** Webhook and workflow deliveries, in entry order. */
   readonly deliveries: DeliveryJob[];
@@ -51,6 +92,8 @@ export interface FanoutPlan {
   readonly sourceRuns: { readonly id: string; readonly data: SourceRunJob }[];
   /** Deliveries and source runs per listener kind (tributary_fanout_deliveries_total). */
   readonly counts: Record<ListenerKind, number>;
+  /** Deliveries and source runs left out by a filter, per listener kind (tributary_deliveries_total{outcome="filtered"}). */
+  readonly filtered: Record<ListenerKind, number>;
 }
 
 /** `redo` for entries taken over from another consumer (or read again): their deliveries may be done already. */
@@ -58,18 +101,36 @@ export type FanoutOrigin = Extract<DeliveryOrigin, "fanout" | "redo">;
 
 /**
  * The plan for `entries`, given the listeners each one matched (`matches[i]` for `entries[i]`,
- * each listener once: uniqueListeners).
+ * each listener once: matchedListeners). A listener whose filter refuses the event gets nothing;
+ * an event's payload is parsed once, and only when one of its listeners has a filter.
  */
-export function planFanout(entries: readonly OutboxEntry[], matches: readonly (readonly string[])[], origin: FanoutOrigin): FanoutPlan {
+export function planFanout(
+  entries: readonly OutboxEntry[],
+  matches: readonly (readonly MatchedListener[])[],
+  origin: FanoutOrigin,
+): FanoutPlan {
   const start = origin === "redo" ? JOB_STARTS.redo : JOB_STARTS.fanout;
   const deliveries: DeliveryJob[] = [];
   const entryOf: string[] = [];
   const sourceRuns: { id: string; data: SourceRunJob }[] = [];
   const counts = { webhook: 0, workflow: 0, source: 0 };
+  const filtered = { webhook: 0, workflow: 0, source: 0 };
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i] as OutboxEntry;
-    for (const listenerId of matches[i] ?? []) {
+    let payload: unknown;
+    let parsed = false;
+    for (const { listenerId, accepts } of matches[i] ?? []) {
       const kind = listenerKindOf(listenerId);
+      if (accepts && kind) {
+        if (!parsed) {
+          payload = parsePayload(e.payload);
+          parsed = true;
+        }
+        if (!accepts(payload)) {
+          filtered[kind]++;
+          continue;
+        }
+      }
       if (kind === "webhook" || kind === "workflow") {
         counts[kind]++;
         deliveries.push(newDeliveryJob(e, listenerId, kind, deliveryIdFor(e, listenerId), start));
@@ -93,5 +154,5 @@ export function planFanout(entries: readonly OutboxEntry[], matches: readonly (r
       }
     }
   }
-  return { deliveries, entryOf, sourceRuns, counts };
+  return { deliveries, entryOf, sourceRuns, counts, filtered };
 }

@@ -4,6 +4,7 @@ import type { DirectDelivery } from "../delivery/direct.js";
 import type { DeliveryJobQueue } from "../delivery/jobs.js";
 import type { DeliveryJob } from "../queue/catalog.js";
 import { mayAttemptDirectly } from "../domain/delivery-plan.js";
+import { FilterPredicates } from "../domain/subscription-filter.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import { SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
@@ -11,7 +12,7 @@ import type { Keys } from "../store/keys.js";
 import { RunBacklog } from "../store/run-backlog.js";
 import { FANOUT_GROUP, OutboxStream, type StreamEntries } from "../store/outbox-stream.js";
 import type { SubscriptionStore } from "../store/subscriptions.js";
-import { type FanoutOrigin, type FanoutPlan, planFanout, planLookups, uniqueListeners } from "./fanout-plan.js";
+import { type FanoutOrigin, type FanoutPlan, matchedListeners, planFanout, planLookups } from "./fanout-plan.js";
 import { type OutboxEntry, parseOutboxEntry } from "./outbox.js";
 
 export { FANOUT_GROUP };
@@ -70,6 +71,9 @@ export class FanoutWorker {
   private readonly outbox: OutboxStream;
 
   private readonly backlog: RunBacklog;
+
+  /** Subscription filters compiled once per process, by their JSON text (SPEC §12). */
+  private readonly filters = new FilterPredicates();
 
   constructor(private readonly d: FanoutDeps) {
     this.outbox = new OutboxStream(d.redis, d.blocking, d.keys);
@@ -213,7 +217,7 @@ export class FanoutWorker {
       else this.d.logger.warn({ entryId }, "fan-out: dropping malformed outbox entry");
     }
     const { lookups, lookupOf } = planLookups(entries);
-    const listeners = (await this.d.subscriptions.matchingMany(lookups)).map(uniqueListeners);
+    const listeners = (await this.d.subscriptions.matchingMany(lookups)).map((subs) => matchedListeners(subs, this.filters));
     const plan = planFanout(
       entries,
       lookupOf.map((at) => listeners[at] ?? []),
@@ -221,6 +225,8 @@ export class FanoutWorker {
     );
     // One counter update per kind and batch (a labelled inc costs a label hash each time).
     for (const [kind, n] of Object.entries(plan.counts)) if (n > 0) this.d.metrics.fanoutJobs.inc({ listener_kind: kind }, n);
+    for (const [kind, n] of Object.entries(plan.filtered))
+      if (n > 0) this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "filtered" }, n);
     const held = await this.dispatch(plan, origin);
     return held.size === 0 ? ids : ids.filter((id) => !held.has(id));
   }

@@ -1,6 +1,7 @@
 import { channelNameProblem } from "../domain/channel-name.js";
 import { NotFoundError, ValidationError } from "../domain/errors.js";
 import { hasIdShape, isWorkflowId } from "../domain/ids.js";
+import { parseSubscriptionFilter } from "../domain/subscription-filter.js";
 import type { SourceStore } from "../store/sources.js";
 import type { AutoSubscriptionRecord, SubscriptionRecord, SubscriptionStore } from "../store/subscriptions.js";
 import type { WebhookStore } from "../store/webhooks.js";
@@ -70,10 +71,12 @@ export class SubscriptionService {
     const eventName = parseEventName(params.event_name, { required: false });
     const emitter = this.emitterShape(params.emitter_id);
     const listener = this.listenerShape(params.listener_id);
+    // Absent: a re-posted triple keeps its filter; given (null clears): it replaces it.
+    const filter = parseSubscriptionFilter(params.filter);
     await this.requireOwned(userId, listener, "listener");
     await this.requireOwned(userId, emitter, "emitter");
     await this.registerWorkflows(userId, listener, emitter);
-    return this.store.create(userId, emitter, listener, eventName);
+    return this.store.create(userId, emitter, listener, eventName, filter);
   }
 
   async delete(userId: string, params: Record<string, unknown>): Promise<void> {

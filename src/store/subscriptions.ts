@@ -1,5 +1,6 @@
 import { emitterGlob, newId } from "../domain/ids.js";
 import { limitReached, listenerLimitReached, UNLIMITED, type UserLimits } from "../domain/limits.js";
+import type { SubscriptionFilter } from "../domain/subscription-filter.js";
 import { AUTO_SUBSCRIPTION_CREATE } from "./scripts/auto-subscription-create.js";
 import { normalizeChannel } from "./keys.js";
 import { parseStored, type StoreContext } from "./context.js";
@@ -12,6 +13,8 @@ export interface SubscriptionRecord {
   emitter_id: string;
   listener_id: string;
   event_name: string;
+  /** Matched against each event's payload (SPEC §12); null when none. Last in the stored JSON (SUBSCRIPTION_CREATE relies on it). */
+  filter: SubscriptionFilter | null;
 }
 
 export interface AutoSubscriptionRecord {
@@ -22,6 +25,13 @@ export interface AutoSubscriptionRecord {
 
 /** The idempotency key of a subscription: "" and "default" are the same channel. */
 const tripleKey = (emitter: string, listener: string, eventName: string) => `${emitter}\n${listener}\n${normalizeChannel(eventName)}`;
+
+/** A stored record; those written before filters existed read as `filter: null`. */
+function readRecord(raw: string | null | undefined): SubscriptionRecord | undefined {
+  const record = parseStored<SubscriptionRecord>(raw);
+  if (record && record.filter === undefined) record.filter = null;
+  return record;
+}
 
 /**
  * Subscriptions of each user. Besides the records, a set per (emitter-or-glob, channel) indexes
@@ -45,18 +55,27 @@ export class SubscriptionStore {
   }
 
   /**
-   * Creates the subscription, or returns the existing one with the same triple. The user's
+   * Creates the subscription, or returns the existing one with the same triple: with its filter
+   * replaced when `filter` is given (null clears it), as it was when `filter` is undefined. The user's
    * subscription count and the listeners one event of the emitter would reach are limited; both are
    * checked in the same atomic step as the write (store/subscription-create-lua.ts), 429
    * `limit_exceeded` past them.
    */
-  async create(userId: string, emitterId: string, listenerId: string, eventName: string): Promise<SubscriptionRecord> {
+  async create(
+    userId: string,
+    emitterId: string,
+    listenerId: string,
+    eventName: string,
+    filter?: SubscriptionFilter | null,
+  ): Promise<SubscriptionRecord> {
     const { keys } = this.ctx;
+    // Key order matters: the script swaps the filter of an existing record by cutting at its last key.
     const record: SubscriptionRecord = {
       id: newId("sub_", this.ctx.randomBytes),
       emitter_id: emitterId,
       listener_id: listenerId,
       event_name: eventName,
+      filter: filter ?? null,
     };
     const glob = emitterGlob(emitterId);
     const exact = keys.subscriptionIndex(userId, emitterId, eventName);
@@ -75,17 +94,18 @@ export class SubscriptionStore {
         this.ctx.now(),
         this.limits.subscriptions,
         this.limits.listenersPerEmitter,
+        filter === undefined ? "" : JSON.stringify(filter),
       ],
     )) as [string, string];
     if (outcome === "subscriptions") throw limitReached("subscriptions", Number(value), this.limits.subscriptions);
     if (outcome === "listeners") {
       throw listenerLimitReached(emitterId, normalizeChannel(eventName), Number(value), this.limits.listenersPerEmitter);
     }
-    return parseStored<SubscriptionRecord>(value) ?? record;
+    return readRecord(value) ?? record;
   }
 
   async get(userId: string, id: string): Promise<SubscriptionRecord | undefined> {
-    return parseStored<SubscriptionRecord>(await this.ctx.redis.hget(this.ctx.keys.subscriptions(userId), id));
+    return readRecord(await this.ctx.redis.hget(this.ctx.keys.subscriptions(userId), id));
   }
 
   /** Every subscription of the user, newest first like every list (not paginated). */
@@ -94,7 +114,7 @@ export class SubscriptionStore {
     const ids = await redis.zrevrange(keys.subscriptionOrder(userId), 0, -1);
     if (ids.length === 0) return [];
     const raws = await redis.hmget(keys.subscriptions(userId), ...ids);
-    return raws.map((r) => parseStored<SubscriptionRecord>(r)).filter((s): s is SubscriptionRecord => s !== undefined);
+    return raws.map(readRecord).filter((s): s is SubscriptionRecord => s !== undefined);
   }
 
   /** Deletes by triple; false when there was none. */
@@ -102,7 +122,7 @@ export class SubscriptionStore {
     const id = await this.ctx.redis.hget(this.ctx.keys.subscriptionTriples(userId), tripleKey(emitterId, listenerId, eventName));
     if (!id) return false;
     const record = await this.get(userId, id);
-    await this.remove(userId, record ?? { id, emitter_id: emitterId, listener_id: listenerId, event_name: eventName });
+    await this.remove(userId, record ?? { id, emitter_id: emitterId, listener_id: listenerId, event_name: eventName, filter: null });
     return true;
   }
 
@@ -151,9 +171,7 @@ export class SubscriptionStore {
         return this.matchScript([keys.subscriptions(userId), exact, globIndex], []) as Promise<(string | null)[] | null>;
       }),
     );
-    return replies.map((raws) =>
-      (raws ?? []).map((r) => parseStored<SubscriptionRecord>(r)).filter((s): s is SubscriptionRecord => s !== undefined),
-    );
+    return replies.map((raws) => (raws ?? []).map(readRecord).filter((s): s is SubscriptionRecord => s !== undefined));
   }
 
   /**

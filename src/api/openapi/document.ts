@@ -399,7 +399,17 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
     post: v1({
       tag: "Subscriptions",
       summary: "Subscribe a listener to an emitter's channel (idempotent)",
-      query: subscriptionParams(true),
+      description:
+        "Posting an existing (emitter_id, listener_id, event_name) triple answers with that subscription; with `filter` it replaces the subscription's filter (null clears it).",
+      query: [
+        ...subscriptionParams(true),
+        {
+          name: "filter",
+          schema: { type: "object" },
+          description:
+            "Matched against each event's payload before any delivery or run (a JSON object; JSON text in the query string): dotted paths to a literal or to $eq, $neq, $gt, $gte, $lt, $lte, $in, $nin, $exists, $startsWith, $contains; $and, $or, $not combine. At most 4096 characters, 10 levels, 64 conditions",
+        },
+      ],
       jsonBody: true,
       ok: { status: 200, description: "The subscription", schema: data(ref("Subscription")) },
       errors: [400, 404, 413, 429],

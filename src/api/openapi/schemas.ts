@@ -112,6 +112,10 @@ export const Subscription = named(
     emitter_id: z.string().meta({ description: "dc_…, p_… or the globs dc_* and p_*" }),
     listener_id: z.string().meta({ description: "dc_…, p_… or wh_…" }),
     event_name: z.string().meta({ description: 'Channel; "" when none was given' }),
+    filter: z
+      .record(z.string(), z.unknown())
+      .nullable()
+      .meta({ description: "The filter events must match to reach the listener (SPEC §12); null when none" }),
   }),
 );
 

@@ -1,7 +1,8 @@
 import { script, type ScriptDef } from "../script.js";
 
 /**
- * Creates a subscription, or returns the one with the same (emitter, listener, channel) triple,
+ * Creates a subscription, or returns the one with the same (emitter, listener, channel) triple
+ * (with its filter replaced when ARGV[7] is not ""),
  * checking two limits in the same atomic step: the user's subscription count, and how many
  * subscriptions one event of the emitter on this channel would match (the exact emitter's index
  * set plus its glob's, which is what fan-out reads). Two creates racing for the last slot cannot
@@ -16,7 +17,12 @@ import { script, type ScriptDef } from "../script.js";
  *   itself a glob or has none); all under the user's hash tag.
  * ARGV[1] triple, ARGV[2] new id, ARGV[3] record JSON (with the new id), ARGV[4] score (ms),
  *   ARGV[5] most subscriptions (0 = unlimited), ARGV[6] most subscriptions one event may match
- *   (0 = unlimited).
+ *   (0 = unlimited), ARGV[7] the filter's JSON text for an existing triple ("null" clears it, "" keeps it).
+ *
+ * The filter is swapped as text, not through cjson (which turns [] into {}): records are written
+ * with `filter` as their last key, and `,"filter":` cannot occur unescaped inside the string values
+ * before it, so its first occurrence starts the filter (records older than filters have none: the
+ * key is appended before their closing brace).
  * Returns {"existing", JSON}, {"subscriptions", n} or {"listeners", n} (at that limit, nothing
  * written), or {"created", JSON}.
  */
@@ -27,7 +33,15 @@ export const SUBSCRIPTION_CREATE: ScriptDef = script(
 local id = redis.call('HGET', KEYS[1], ARGV[1])
 if id then
   local rec = redis.call('HGET', KEYS[2], id)
-  if rec then return {'existing', rec} end
+  if rec then
+    if ARGV[7] ~= '' then
+      local at = string.find(rec, ',"filter":', 1, true)
+      local head = at and string.sub(rec, 1, at - 1) or string.sub(rec, 1, -2)
+      rec = head .. ',"filter":' .. ARGV[7] .. '}'
+      redis.call('HSET', KEYS[2], id, rec)
+    end
+    return {'existing', rec}
+  end
 end
 local n = redis.call('ZCARD', KEYS[3])
 local maxSubs = tonumber(ARGV[5])

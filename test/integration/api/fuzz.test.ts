@@ -101,6 +101,7 @@ const KNOWN_KEYS = [
   "timeout_ms",
   "retry_schedule",
   "rate_limit_per_second",
+  "filter",
   "emitter_id",
   "listener_id",
   "event_name",
@@ -294,6 +295,12 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
     "registry",
     "a".repeat(5000),
     "module.exports = { name: 'fz', async run() {} }",
+    // filter (subscriptions): valid, invalid and bound-testing JSON texts.
+    '{"a.b":{"$gte":1},"$or":[{"c":{"$in":[1,"x"]}},{"$not":{"d":{"$exists":false}}}]}',
+    '{"a":{"$regex":"x"}}',
+    '{"$or":[]}',
+    '{"a..b":1}',
+    `{"a":${"[".repeat(40)}${"]".repeat(40)}}`,
     "while (true) {}",
     // signing_secret: a valid one (the rotation's success path) and the validator's edges.
     `whsec_${Buffer.alloc(24, 0xfb).toString("base64")}`,

@@ -298,8 +298,8 @@ describe("POST /subscriptions", () => {
     const s = await createSource(u.api, { component_code: HTTP_ESM });
     const res = await u.api.post("/v1/subscriptions", { query: { emitter_id: s.id, listener_id: w.id } });
     expectStatus(res, 200);
-    expect(Object.keys(res.body.data).sort()).toEqual(["emitter_id", "event_name", "id", "listener_id"]);
-    expect(res.body.data).toMatchObject({ emitter_id: s.id, listener_id: w.id, event_name: "" });
+    expect(Object.keys(res.body.data).sort()).toEqual(["emitter_id", "event_name", "filter", "id", "listener_id"]);
+    expect(res.body.data).toMatchObject({ emitter_id: s.id, listener_id: w.id, event_name: "", filter: null });
     expect(res.body.data.id).toMatch(/^sub_[A-Za-z0-9]{10,}$/);
   });
 

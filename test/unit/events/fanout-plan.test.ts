@@ -1,10 +1,13 @@
 import { describe, expect, it } from "vitest";
 import { deliveryIdFor, listenerKindOf, sourceRunIdFor } from "../../../src/domain/ids.js";
-import { planFanout, planLookups, uniqueListeners } from "../../../src/events/fanout-plan.js";
+import { FilterPredicates } from "../../../src/domain/subscription-filter.js";
+import { type MatchedListener, matchedListeners, planFanout, planLookups, uniqueListeners } from "../../../src/events/fanout-plan.js";
 import { OUTBOX_FIELDS, type OutboxEntry, parseOutboxEntry } from "../../../src/events/outbox.js";
 import { RECORD_EVENTS } from "../../../src/store/scripts/record-events.js";
 
 /** Fan-out's decisions without Redis: the outbox wire format, the lookups, and the jobs of a batch. */
+
+const unfiltered = (ids: readonly string[]): MatchedListener[] => ids.map((listenerId) => ({ listenerId, accepts: null }));
 
 const entry = (n: number, over: Partial<OutboxEntry> = {}): OutboxEntry => ({
   entryId: `9-${n}`,
@@ -83,7 +86,7 @@ describe("planFanout", () => {
     expect(listeners).toEqual(["wh_a", "p_flow", "dc_src", "sub_weird"]);
     const e1 = entry(1);
     const e2 = entry(2, { emitterKind: "source", emitterId: "dc_up", hops: 3 });
-    const plan = planFanout([e1, e2], [listeners, ["dc_src"]], "fanout");
+    const plan = planFanout([e1, e2], [unfiltered(listeners), unfiltered(["dc_src"])], "fanout");
     expect(plan.counts).toEqual({ webhook: 1, workflow: 1, source: 2 });
     expect(plan.deliveries.map((d) => [d.listenerId, d.listenerKind, d.deliveryId, d.origin, d.priorAttempts])).toEqual([
       ["wh_a", "webhook", deliveryIdFor(e1, "wh_a"), "fanout", 0],
@@ -125,8 +128,8 @@ describe("planFanout", () => {
   });
 
   it("plans a taken-over batch as redo jobs with the same ids", () => {
-    const plan = planFanout([entry(1)], [["wh_a"]], "fanout");
-    const redo = planFanout([entry(1)], [["wh_a"]], "redo");
+    const plan = planFanout([entry(1)], [unfiltered(["wh_a"])], "fanout");
+    const redo = planFanout([entry(1)], [unfiltered(["wh_a"])], "redo");
     expect(redo.deliveries.map((d) => d.deliveryId)).toEqual(plan.deliveries.map((d) => d.deliveryId));
     expect(redo.deliveries[0]).toMatchObject({ origin: "redo", priorAttempts: 0, redo: true });
     expect(plan.deliveries[0]?.redo).toBeUndefined();
@@ -138,6 +141,64 @@ describe("planFanout", () => {
       entryOf: [],
       sourceRuns: [],
       counts: { webhook: 0, workflow: 0, source: 0 },
+      filtered: { webhook: 0, workflow: 0, source: 0 },
     });
+  });
+
+  it("leaves out the listeners whose filter refuses the event, counting them filtered by kind", () => {
+    const predicates = new FilterPredicates();
+    const big = { n: { $gte: 2 } };
+    const listeners = matchedListeners(
+      [
+        { listener_id: "wh_big", filter: big },
+        { listener_id: "dc_big", filter: big },
+        { listener_id: "p_all", filter: null },
+      ],
+      predicates,
+    );
+    const plan = planFanout([entry(1), entry(2)], [listeners, listeners], "fanout");
+    expect(plan.deliveries.map((d) => [d.eventId, d.listenerId])).toEqual([
+      ["100-1", "p_all"],
+      ["100-2", "wh_big"],
+      ["100-2", "p_all"],
+    ]);
+    expect(plan.sourceRuns.map((r) => r.id)).toEqual([sourceRunIdFor(entry(2), "dc_big")]);
+    expect(plan.counts).toEqual({ webhook: 1, workflow: 2, source: 1 });
+    expect(plan.filtered).toEqual({ webhook: 1, workflow: 0, source: 1 });
+  });
+
+  it("matches a listener when any of its subscriptions does, unfiltered when one has no filter", () => {
+    const predicates = new FilterPredicates();
+    const either = matchedListeners(
+      [
+        { listener_id: "wh_a", filter: { n: 1 } },
+        { listener_id: "wh_a", filter: { n: 3 } },
+      ],
+      predicates,
+    );
+    const plan = planFanout([entry(1), entry(2), entry(3)], [either, either, either], "fanout");
+    expect(plan.deliveries.map((d) => d.eventId)).toEqual(["100-1", "100-3"]);
+    expect(plan.filtered.webhook).toBe(1);
+    const open = matchedListeners(
+      [
+        { listener_id: "wh_a", filter: { n: 1 } },
+        { listener_id: "wh_a", filter: null },
+      ],
+      predicates,
+    );
+    expect(open).toEqual([{ listenerId: "wh_a", accepts: null }]);
+  });
+
+  it("compiles each distinct filter once, however many batches use it", () => {
+    const predicates = new FilterPredicates();
+    const subs = [
+      { listener_id: "wh_a", filter: { n: 1 } },
+      { listener_id: "wh_b", filter: { n: 1 } },
+    ];
+    const first = matchedListeners(subs, predicates);
+    const second = matchedListeners(structuredClone(subs), predicates);
+    expect(predicates.size).toBe(1);
+    expect(second[0]?.accepts).toBe(first[0]?.accepts);
+    expect(second[1]?.accepts).toBe(first[0]?.accepts);
   });
 });

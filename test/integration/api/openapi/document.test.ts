@@ -197,6 +197,9 @@ describe("real answers validate against the document", () => {
 
     await call(u.api, "POST", "/v1/subscriptions", {}, { query: { emitter_id: p, listener_id: hook.id } });
     await call(u.api, "POST", "/v1/subscriptions", {}, { query: { emitter_id: "dc_nosuchsource00", listener_id: hook.id } });
+    const filter = { "order.total": { $gte: 100 }, $or: [{ tags: { $contains: "vip" } }, { vip: true }] };
+    await call(u.api, "POST", "/v1/subscriptions", {}, { json: { emitter_id: p, listener_id: hook.id, event_name: "other", filter } });
+    await call(u.api, "POST", "/v1/subscriptions", {}, { json: { emitter_id: p, listener_id: hook.id, filter: { n: { $bogus: 1 } } } });
     await call(u.api, "POST", "/v1/auto_subscriptions", {}, { query: { listener_id: hook.id, event_name: "$errors" } });
     await call(u.api, "GET", "/v1/users/me/subscriptions");
 
