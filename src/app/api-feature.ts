@@ -72,7 +72,7 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
     version: config.version,
     // The dashboard exists only where the admin API does.
     queueBoard: config.adminToken ? queueBoard(Object.values(queues), logger) : undefined,
-    endpoints: sourceEndpoints(core.runtime.requests, { bodyLimitBytes: config.bodyLimitBytes, logger }),
+    endpoints: sourceEndpoints(core.runtime.requests, { bodyLimitBytes: config.bodyLimitBytes, logger, metrics: core.metrics }),
     v1Modules: [
       eventRoutes({
         events: stores.events,

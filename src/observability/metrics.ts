@@ -90,6 +90,12 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
       labelNames: ["trigger", "outcome"] as const,
       registers,
     }),
+    sourceRequests: new Counter({
+      name: "tributary_source_requests_total",
+      help: "Requests to HTTP source endpoints by outcome (accepted, unauthorized: inbound verification failed, not_found, rate_limited, too_large, run_failed, error)",
+      labelNames: ["outcome"] as const,
+      registers,
+    }),
     sandboxRunDuration: new Histogram({
       name: "tributary_sandbox_run_duration_seconds",
       help: "Wall time of one sandboxed run",

@@ -1,6 +1,14 @@
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
-import { type AppError, NotFoundError, SourceRunFailedError, TooManyRequestsError, UnavailableError } from "../domain/errors.js";
+import {
+  type AppError,
+  NotFoundError,
+  SourceRunFailedError,
+  TooManyRequestsError,
+  UnauthorizedError,
+  UnavailableError,
+} from "../domain/errors.js";
+import { type InboundRequest, verifyInbound } from "../domain/inbound-auth.js";
 import type { Logger } from "../observability/logger.js";
 import type { SourceRunJob } from "../queue/catalog.js";
 import { SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
@@ -56,8 +64,8 @@ class InFlight {
 }
 
 /**
- * Requests to HTTP source endpoints, as the runtime sees them (SPEC §5): admit (token, rates,
- * quota), then make the event durable as a source-run job, or run it now and hand its first
+ * Requests to HTTP source endpoints, as the runtime sees them (SPEC §5): locate (token), authorize
+ * (inbound verification, SPEC §12), admit (rates, quota), then make the event durable as a source-run job, or run it now and hand its first
  * `this.http.respond()` to the caller. The HTTP side lives in api/routes/source-endpoints.ts.
  */
 export class SourceRequests {
@@ -72,19 +80,34 @@ export class SourceRequests {
     this.perUser = Math.max(INLINE_RUNS_PER_USER, this.perSource);
   }
 
-  /** The active source behind `token`, once its rate, the user's ingress rate and quota admit one more request. */
-  async admit(token: string): Promise<SourceRecord> {
+  /** The active source behind `token`; anything else is a 404, whoever asks. */
+  async locate(token: string): Promise<SourceRecord> {
     const d = this.d;
     const target = await d.sources.endpoint(token);
     const source = target ? await d.sources.get(target.userId, target.sourceId) : undefined;
     if (!source?.active || source.endpoint_token !== token) throw new NotFoundError("no such endpoint", "endpoint_not_found");
+    return source;
+  }
 
+  /**
+   * Checks a request against the source's inbound verification (SPEC §12), on its exact body
+   * bytes: a 401 naming the problem when it fails. Called before `admit`, so a forged request
+   * spends neither the source's rate nor its user's quota (docs/decisions.md).
+   */
+  authorize(source: SourceRecord, request: InboundRequest): void {
+    if (!source.http_auth) return;
+    const verdict = verifyInbound(source.http_auth, request, Math.floor(this.d.now() / 1000));
+    if (!verdict.ok) throw new UnauthorizedError(verdict.problem);
+  }
+
+  /** Admits one more request to `source` once its rate, its user's ingress rate and quota allow. */
+  async admit(source: SourceRecord): Promise<void> {
+    const d = this.d;
     const wait = await d.limiter.take(d.keys.sourceRate(source.user_id, source.id));
     if (wait > 0) throw new TooManyRequestsError("this endpoint is receiving too many requests", wait / 1000);
     await d.ingress?.admit(source.user_id, 1);
     const quota = await d.quotas.check(source.user_id);
     if (!quota.ok) throw new TooManyRequestsError(quota.reason, quota.retryAfterSeconds, "quota_exceeded");
-    return source;
   }
 
   /**

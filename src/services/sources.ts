@@ -1,5 +1,6 @@
 import { NotFoundError, ValidationError } from "../domain/errors.js";
 import { hasIdShape, newId, type RandomBytes } from "../domain/ids.js";
+import { configuredInboundAuth, type InboundAuth, inboundAuthView } from "../domain/inbound-auth.js";
 import type { PageRequest } from "../domain/pagination.js";
 import { validateConfiguredProps } from "../domain/props.js";
 import type { ComponentRecord } from "../store/components.js";
@@ -84,18 +85,31 @@ export class SourceService {
     return this.store.list(userId, page);
   }
 
-  /** Builds configured_props as stored and shown: validated values plus the HTTP endpoint URL. */
+  /**
+   * Builds configured_props as stored and shown: validated values plus the HTTP endpoint URL and,
+   * when set, its inbound verification without the secret (SPEC §12). The auth with its secret
+   * comes back apart, to be stored beside them (`http_auth`) and never shown.
+   */
   private configure(
     component: ComponentRecord,
     raw: unknown,
     token: string | null,
-  ): { props: Record<string, unknown>; httpProp: string | null } {
+    currentAuth: InboundAuth | null,
+  ): { props: Record<string, unknown>; httpProp: string | null; auth: InboundAuth | null } {
     const props = validateConfiguredProps(component.configurable_props, raw, {
       timerMinIntervalSeconds: this.opts.timerMinIntervalSeconds,
     });
     const http = component.configurable_props.find((p) => p.type === "$.interface.http");
-    if (http && token) props[http.name] = { endpoint_url: `${this.opts.publicUrl}/e/${token}` };
-    return { props, httpProp: http?.name ?? null };
+    let auth: InboundAuth | null = null;
+    if (http) {
+      const given = isPlainObject(raw) && Object.hasOwn(raw, http.name) ? raw[http.name] : undefined;
+      const rawAuth = isPlainObject(given) ? given.auth : undefined;
+      auth = configuredInboundAuth(rawAuth, currentAuth, `configured_props.${http.name}.auth`);
+    }
+    if (http && token) {
+      props[http.name] = { endpoint_url: `${this.opts.publicUrl}/e/${token}`, ...(auth ? { auth: inboundAuthView(auth) } : {}) };
+    }
+    return { props, httpProp: http?.name ?? null, auth };
   }
 
   async create(userId: string, input: SourceInput): Promise<SourceRecord> {
@@ -107,7 +121,7 @@ export class SourceService {
     const name = parseName(input.name, component, this.opts.slugify);
     const hasHttp = component.configurable_props.some((p) => p.type === "$.interface.http");
     const token = hasHttp ? this.store.newEndpointToken() : null;
-    const { props, httpProp } = this.configure(component, input.configured_props, token);
+    const { props, httpProp, auth } = this.configure(component, input.configured_props, token, null);
     const nowMs = this.opts.now();
     const id = newId("dc_", this.opts.randomBytes);
     const draft: SourceRecord = {
@@ -122,6 +136,7 @@ export class SourceService {
       name_slug: "",
       endpoint_token: token,
       http_prop: httpProp,
+      http_auth: auth,
     };
     const prepared = await this.lifecycle.prepare("create", draft, component);
     const record: SourceRecord = { ...draft, name_slug: await this.store.claimSlug(userId, id, name) };
@@ -151,8 +166,9 @@ export class SourceService {
     const token = hasHttp ? (prev.endpoint_token ?? this.store.newEndpointToken()) : null;
     // Absent configured_props keep the source's values when the component is unchanged (decision
     // recorded in docs/decisions.md): re-sending every prop just to toggle `active` would be hostile.
+    // That includes the HTTP endpoint's auth: storedInput shows it without its secret, which keeps it.
     const rawProps = input.configured_props ?? (component.id === prev.component_id ? storedInput(prev, component) : undefined);
-    const { props, httpProp } = this.configure(component, rawProps, token);
+    const { props, httpProp, auth } = this.configure(component, rawProps, token, prev.http_auth ?? null);
     const draft: SourceRecord = {
       ...prev,
       component_id: component.id,
@@ -161,6 +177,7 @@ export class SourceService {
       name,
       endpoint_token: token,
       http_prop: httpProp,
+      http_auth: auth,
       updated_at: epochSeconds(this.opts.now()),
     };
     const prepared = await this.lifecycle.prepare("update", draft, component, prev);
@@ -182,13 +199,16 @@ export class SourceService {
   }
 }
 
-/** Stored props turned back into request form (timers back to {intervalSeconds}/{cron}; HTTP dropped). */
+/**
+ * Stored props turned back into request form (timers back to {intervalSeconds}/{cron}). The HTTP
+ * prop stays as shown, `{endpoint_url, auth}` without the secret: its URL is ignored and its auth,
+ * being the source's own as shown, keeps the stored one (domain/inbound-auth.ts).
+ */
 function storedInput(prev: SourceRecord, component: ComponentRecord): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const def of component.configurable_props) {
     if (!(def.name in prev.configured_props)) continue;
     const v = prev.configured_props[def.name];
-    if (def.type === "$.interface.http") continue;
     if (def.type === "$.interface.timer" && v && typeof v === "object") {
       const t = v as { cron?: string | null; interval_seconds?: number | null };
       out[def.name] = t.cron ? { cron: t.cron } : { intervalSeconds: t.interval_seconds };
@@ -197,4 +217,8 @@ function storedInput(prev: SourceRecord, component: ComponentRecord): Record<str
     out[def.name] = v;
   }
   return out;
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
 }

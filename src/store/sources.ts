@@ -1,3 +1,4 @@
+import type { InboundAuth } from "../domain/inbound-auth.js";
 import type { PageRequest } from "../domain/pagination.js";
 import { randomBase62 } from "../domain/ids.js";
 import { slugify, uniqueSlug } from "../domain/slug.js";
@@ -21,6 +22,11 @@ export interface SourceRecord {
   endpoint_token: string | null;
   /** Name of the HTTP prop, when there is one. */
   http_prop: string | null;
+  /**
+   * Inbound verification of the HTTP endpoint, with its secret (SPEC §12); absent on records
+   * written before it existed. configured_props shows it without the secret.
+   */
+  http_auth?: InboundAuth | null;
 }
 
 /** Where an HTTP endpoint token leads. */

@@ -80,7 +80,12 @@ const componentSelection: readonly Param[] = [
 const sourceParams: readonly Param[] = [
   ...componentSelection,
   { name: "name", schema: str, description: "Defaults to the component's name slug" },
-  { name: "configured_props", schema: { type: "object" }, description: "Prop values by prop name (JSON body)" },
+  {
+    name: "configured_props",
+    schema: { type: "object" },
+    description:
+      'Prop values by prop name (JSON body). The HTTP prop takes {auth}: {"type":"token","token"}, {"type":"hmac","preset":"github"|"stripe"|"shopify"|"slack"|"standard-webhooks","secret"} or {"type":"hmac","header","algorithm":"sha256"|"sha1"|"sha512","encoding":"hex"|"base64","prefix"?,"secret"}',
+  },
 ];
 const subscriptionParams = (required: boolean): readonly Param[] => [
   { name: "emitter_id", schema: str, description: "dc_…, p_… or the globs dc_*, p_*", required },
@@ -606,7 +611,7 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
             tag: "Source endpoints",
             summary: `An HTTP source's endpoint_url${p.endsWith("{path}") ? " and any sub-path" : ""} (${m.toUpperCase()})`,
             description:
-              "Any method, any body (up to the body limit). Without a custom response the request is made durable and answered {success: true}; with customResponse the source's run answers.",
+              "Any method, any body (up to the body limit). Without a custom response the request is made durable and answered {success: true}; with customResponse the source's run answers. When the source's HTTP prop has auth, the request is verified first, on its exact body bytes: a failure is a 401 and nothing runs.",
             auth: "none",
             storage: true,
             ok: { status: 200, description: "{success: true}, or the source's own answer", type: "*/*" },

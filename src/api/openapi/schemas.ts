@@ -95,7 +95,8 @@ export const Source = named(
     user_id: idOf("u_", "Owner").optional().meta({ description: "Present in create and update answers, absent in lists" }),
     component_id: idOf("sc_", "Component"),
     configured_props: z.record(z.string(), z.unknown()).meta({
-      description: "Prop values by name; http props are {endpoint_url}, timer props {cron, interval_seconds}",
+      description:
+        "Prop values by name; http props are {endpoint_url} plus {auth} when set (inbound verification, without its secret or token: {type, preset} or {type, header, algorithm, encoding, prefix}), timer props {cron, interval_seconds}",
     }),
     active: z.boolean(),
     created_at: epochSeconds,

@@ -1,8 +1,9 @@
 import type { IncomingMessage } from "node:http";
 import type { Context, Middleware, Next } from "koa";
 import { checkCustomResponse } from "../../domain/custom-response.js";
-import { NotFoundError, PayloadTooLargeError } from "../../domain/errors.js";
+import { AppError, NotFoundError, PayloadTooLargeError, SourceRunFailedError } from "../../domain/errors.js";
 import type { Logger } from "../../observability/logger.js";
+import type { Metrics } from "../../observability/metrics.js";
 import { type HttpEvent, lowerCaseHeaders, parseBody } from "../../runtime/http-request.js";
 import type { HttpResponse } from "../../runtime/sandbox/types.js";
 import type { SendResponse, SourceRequests } from "../../runtime/source-requests.js";
@@ -10,6 +11,7 @@ import type { SendResponse, SourceRequests } from "../../runtime/source-requests
 export interface SourceEndpointOptions {
   bodyLimitBytes: number;
   logger: Logger;
+  metrics: Pick<Metrics, "sourceRequests">;
 }
 
 const PATH = /^\/e\/([A-Za-z0-9]{8,64})(\/.*)?$/;
@@ -29,13 +31,18 @@ export async function readBody(req: IncomingMessage, limit: number): Promise<Buf
   return Buffer.concat(chunks);
 }
 
-function buildEvent(ctx: Context, subPath: string | undefined, raw: Buffer): HttpEvent {
+/**
+ * The run's event. `raw` is the very buffer inbound verification checked; `bodyRaw` is its UTF-8
+ * text, which is the exact body for every UTF-8 body (a byte sequence that is not UTF-8 reads as
+ * U+FFFD there; verification is never done on that text).
+ */
+function buildEvent(ctx: Context, subPath: string | undefined, headers: Record<string, string>, raw: Buffer): HttpEvent {
   const bodyRaw = raw.toString("utf8");
   return {
     method: ctx.method,
     path: subPath && subPath !== "" ? subPath : "/",
     query: { ...ctx.query },
-    headers: lowerCaseHeaders(ctx.req.headers),
+    headers,
     bodyRaw,
     body: parseBody(bodyRaw, ctx.get("content-type")),
   };
@@ -60,26 +67,61 @@ function sender(ctx: Context, logger: Logger, sourceId: string): SendResponse {
   };
 }
 
+/** A source endpoint request's outcome as a metric label (`tributary_source_requests_total`). */
+export function requestOutcome(err: unknown): string {
+  if (err === undefined) return "accepted";
+  if (err instanceof SourceRunFailedError) return "run_failed";
+  if (!(err instanceof AppError)) return "error";
+  switch (err.status) {
+    case 401:
+      return "unauthorized";
+    case 404:
+      return "not_found";
+    case 413:
+      return "too_large";
+    case 429:
+      return "rate_limited";
+    default:
+      return "error";
+  }
+}
+
 /**
  * HTTP source endpoints (`PUBLIC_URL/e/<token>` and any sub-path, any method): the HTTP side of
  * runtime/source-requests.ts. Without a custom response the request is made durable and answered
  * 200 at once; with one, the run's first `this.http.respond()` is the answer.
+ *
+ * Order: the token (404), the whole body (413), inbound verification on those exact bytes (401),
+ * then the rates and quota (429): a request that fails verification spends nothing of its
+ * source's, and runs nothing.
  */
 export function sourceEndpoints(requests: SourceRequests, opts: SourceEndpointOptions): Middleware {
   return async function endpoint(ctx: Context, next: Next): Promise<void> {
     const m = PATH.exec(ctx.path);
     if (!m) {
-      if (ctx.path === "/e" || ctx.path.startsWith("/e/")) throw new NotFoundError("no such endpoint", "endpoint_not_found");
+      if (ctx.path === "/e" || ctx.path.startsWith("/e/")) {
+        opts.metrics.sourceRequests.inc({ outcome: "not_found" });
+        throw new NotFoundError("no such endpoint", "endpoint_not_found");
+      }
       return next();
     }
     ctx.state.routeLabel = "/e/:token";
     const [, token, subPath] = m;
-    const source = await requests.admit(token as string);
-    const event = buildEvent(ctx, subPath, await readBody(ctx.req, opts.bodyLimitBytes));
-    const taken = await requests.take(source, event, sender(ctx, opts.logger, source.id));
-    if (taken === "queued") {
-      ctx.status = 200;
-      ctx.body = { success: true };
+    try {
+      const source = await requests.locate(token as string);
+      const body = await readBody(ctx.req, opts.bodyLimitBytes);
+      const headers = lowerCaseHeaders(ctx.req.headers);
+      requests.authorize(source, { headers, body });
+      await requests.admit(source);
+      const taken = await requests.take(source, buildEvent(ctx, subPath, headers, body), sender(ctx, opts.logger, source.id));
+      if (taken === "queued") {
+        ctx.status = 200;
+        ctx.body = { success: true };
+      }
+      opts.metrics.sourceRequests.inc({ outcome: "accepted" });
+    } catch (err) {
+      opts.metrics.sourceRequests.inc({ outcome: requestOutcome(err) });
+      throw err;
     }
   };
 }

@@ -49,6 +49,8 @@ interface FuzzRequest {
   query: [string, string][];
   auth: "user" | "admin" | "none" | "garbage";
   body: { label: string; contentType?: string; encoding?: string; data?: string | Buffer; chunked?: boolean };
+  /** Signature headers with hostile values, for the endpoints of sources with inbound verification. */
+  headers?: Record<string, string>;
 }
 
 interface Fixtures {
@@ -63,7 +65,58 @@ interface Fixtures {
   sacrificialUserId: string;
   /** Endpoint token of a customResponse source that answers with what the query asks for. */
   responderToken: string;
+  /** Endpoint tokens of sources with inbound verification (SPEC §12): the token form, each preset, the generic form. */
+  verifiedTokens: string[];
 }
+
+/** Every kind of inbound verification a source may have (the fuzz sends no valid signature). */
+const INBOUND_AUTHS: readonly unknown[] = [
+  { type: "token", token: "fuzz-token" },
+  ...["github", "stripe", "shopify", "slack"].map((preset) => ({ type: "hmac", preset, secret: "fuzz-secret" })),
+  { type: "hmac", preset: "standard-webhooks", secret: `whsec_${Buffer.alloc(24, 7).toString("base64")}` },
+  { type: "hmac", header: "X-Signature", algorithm: "sha1", encoding: "base64", prefix: "sha1=", secret: "fuzz-secret" },
+];
+
+const SIGNATURE_HEADERS = [
+  "authorization",
+  "x-hub-signature-256",
+  "stripe-signature",
+  "x-shopify-hmac-sha256",
+  "x-slack-signature",
+  "x-slack-request-timestamp",
+  "webhook-id",
+  "webhook-timestamp",
+  "webhook-signature",
+  "x-signature",
+] as const;
+
+const SIGNATURE_VALUES = [
+  "",
+  "Bearer",
+  "Bearer fuzz-token-not",
+  "bearer  x",
+  "Basic Zm9vOmJhcg==",
+  "sha256=",
+  "sha256=zz",
+  `sha256=${"0".repeat(64)}`,
+  `sha256=${"0".repeat(63)}`,
+  "sha1====",
+  "t=",
+  "t=1,v1=",
+  "t=99999999999999999999,v1=ab",
+  "t=abc,v1=00",
+  "=,=,,=",
+  "v1,",
+  "v1,!!!",
+  "v1,AAAA v1, v2,x",
+  "v0=",
+  `v0=${"a".repeat(64)}`,
+  "1700000000",
+  "-1",
+  "1e3",
+  "NaN",
+  "x".repeat(8000),
+] as const;
 
 /**
  * A customResponse source that answers with the status, headers and body the query names, or
@@ -200,6 +253,14 @@ const ROUTES: {
   { name: "unknown", methods: ["GET", "POST"], path: (s) => `/${s[0]}/${s[1]}` },
   { name: "/e/:token", methods: ["GET", "POST"], path: (s) => `/e/${s[0]}/${s[1]}` },
   { name: "/e/:responder", methods: ["GET", "POST", "PUT"], path: (s, f, q) => `/e/${f.responderToken}/${s[1]}?${q}` },
+  // Sources with configured_props.http.auth (the body is always one, see fuzzArbitrary).
+  { name: "/v1/sources (auth)", methods: ["POST"], path: () => "/v1/sources" },
+  { name: "/v1/sources/:id (auth)", methods: ["PUT"], path: (_s, f) => `/v1/sources/${f.sources[0]}` },
+  {
+    name: "/e/:verified",
+    methods: ["GET", "POST", "PUT"],
+    path: (s, f) => `/e/${f.verifiedTokens[(s[0]?.length ?? 0) % f.verifiedTokens.length]}/${s[1]}`,
+  },
 ];
 
 /** A query asking the responder for a hostile answer: 1xx statuses, framing headers, a throw. */
@@ -325,6 +386,20 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
     { weight: 1, arbitrary: fc.array(fc.record({ event: leaf, name: fc.option(str, { nil: undefined }) }), { maxLength: 3 }) },
   );
   const object = fc.dictionary(key, value, { maxKeys: 6 });
+  const json = (data: string, label: string) => ({ label, contentType: "application/json", data });
+  // configured_props.http.auth of an HTTP source: near-valid shapes with hostile values.
+  const authKey = fc.constantFrom("type", "token", "preset", "secret", "header", "algorithm", "encoding", "prefix");
+  const authValue = fc.oneof(
+    fc.constantFrom("token", "hmac", "github", "stripe", "shopify", "slack", "standard-webhooks", "sha256", "sha1", "md5", "hex", "base64"),
+    fc.constantFrom("X-Signature", "content-type", "bad header", "sha256=", "whsec_", "whsec_AAAA", "whsec_not base64", "a".repeat(2000)),
+    leaf,
+  );
+  const auth = fc.oneof(fc.dictionary(authKey, authValue, { maxKeys: 6 }), fc.constantFrom(...INBOUND_AUTHS), value);
+  const authBody = fc
+    .record({ auth, keep: fc.nat(3) })
+    .map(({ auth: a, keep }) =>
+      json(JSON.stringify({ ...(keep > 0 ? { component_id: f.componentId } : {}), configured_props: { http: { auth: a } } }), "http auth"),
+    );
 
   const segment = fc.oneof(
     { weight: 4, arbitrary: fc.constantFrom(...ids) },
@@ -341,10 +416,10 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
     segment.filter((s) => !s.startsWith("u_")),
   );
 
-  const json = (data: string, label: string) => ({ label, contentType: "application/json", data });
   const body = fc.oneof(
     { weight: 5, arbitrary: fc.constant({ label: "none" }) },
     { weight: 10, arbitrary: object.map((o) => json(JSON.stringify(o), "object")) },
+    { weight: 2, arbitrary: authBody },
     { weight: 3, arbitrary: fc.jsonValue({ maxDepth: 6 }).map((v) => json(JSON.stringify(v), "json value")) },
     {
       weight: 2,
@@ -461,6 +536,8 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
       auth: fc.constantFrom("user", "user", "user", "user", "user", "user", "user", "user", "none", "garbage", "admin"),
       body,
       respondWith: responderQuery,
+      authBody,
+      signatureHeaders: fc.dictionary(fc.constantFrom(...SIGNATURE_HEADERS), fc.constantFrom(...SIGNATURE_VALUES), { maxKeys: 4 }),
       // One request in eight spells its route's first segment otherwise (/ADMIN, /V1, /%61dmin).
       respell: fc.oneof({ weight: 7, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.nat() }),
     })
@@ -471,11 +548,12 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
       // An admin route without a token is the case its guard exists for: keep it common.
       const auth = route.admin && r.auth === "user" ? (r.methodIndex % 2 === 0 ? "admin" : "none") : (r.auth as FuzzRequest["auth"]);
       // fetch sends no body with GET or HEAD.
-      const b = method === "GET" || method === "HEAD" ? { label: "none" } : r.body;
+      const b = method === "GET" || method === "HEAD" ? { label: "none" } : route.name.endsWith("(auth)") ? r.authBody : r.body;
       const exact = route.path(segs, f, r.respondWith);
       const respelled = r.respell !== undefined && (route.admin === true || route.name.startsWith("/v1/"));
       const path = respelled ? respell(exact, r.respell ?? 0) : exact;
-      return { route: route.name, method, path, respelled, query: r.query, auth, body: b };
+      const headers = route.name === "/e/:verified" ? { headers: r.signatureHeaders } : {};
+      return { route: route.name, method, path, respelled, query: r.query, auth, body: b, ...headers };
     });
 }
 
@@ -489,6 +567,7 @@ async function sendFuzz(
   if (req.auth === "garbage") headers.authorization = "Bearer garbage-key-0000";
   if (req.body.contentType) headers["content-type"] = req.body.contentType;
   if (req.body.encoding) headers["content-encoding"] = req.body.encoding;
+  Object.assign(headers, req.headers);
   const qs = new URLSearchParams(req.query).toString();
   const init: RequestInit & { duplex?: "half" } = { method: req.method, headers, redirect: "manual" };
   if (req.body.data !== undefined) {
@@ -545,6 +624,8 @@ function invariantProblem(req: FuzzRequest, res: Awaited<ReturnType<typeof sendF
   // A route spelled otherwise is an unknown route (or the guard's 401); never served.
   const unknownMethod = res.status === 405 && !ROUTER_METHODS.has(req.method);
   if (req.respelled && res.status !== 404 && res.status !== 401 && !unknownMethod) return `respelled route answered ${res.status}`;
+  // No fuzz request carries a valid signature or token: a verified endpoint never runs its source.
+  if (req.route === "/e/:verified" && res.status < 400) return `unsigned request to a verified endpoint answered ${res.status}`;
   if (req.route === "/e/:responder") {
     if (res.status < 200) return `custom response with status ${res.status}`;
     const framing = HOP_BY_HOP.filter((h) => res.headers.has(h));
@@ -577,6 +658,12 @@ describe("fuzz", () => {
       foreignWebhook: (await createWebhook(other.api, "https://example.com/other")).id,
       sacrificialUserId: sacrificial.id,
       responderToken: String((await createSource(u.api, { component_code: RESPONDER })).configured_props.http.endpoint_url.split("/e/")[1]),
+      verifiedTokens: await Promise.all(
+        INBOUND_AUTHS.map(async (auth) => {
+          const s = await createSource(u.api, { component_code: RESPONDER, configured_props: { http: { auth } } });
+          return String(s.configured_props.http.endpoint_url.split("/e/")[1]);
+        }),
+      ),
     };
     const requests = fc.sample(fuzzArbitrary(fixtures), { seed: FUZZ_SEED, numRuns: FUZZ_REQUESTS });
     const keys = { user: u.api_key, admin: td.adminToken };
