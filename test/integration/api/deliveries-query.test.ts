@@ -182,6 +182,13 @@ describe("POST /v1/webhooks/{id}/deliveries/replay and GET .../replays/{id}", ()
     const other = await u.api.post(`/v1/webhooks/${w.id}/deliveries/replay`, { json: { event_name: "a" } });
     expect(other.status, other.text).toBe(202);
     expect(other.body.data.id).not.toBe(res.body.data.id);
+    // Nothing matched, nothing to queue: an identical request is a replay of its own.
+    const empty = await u.api.post(`/v1/webhooks/${w.id}/deliveries/replay`, { json: { event_name: "nothing" } });
+    expect(empty.body.data.matched).toBe(0);
+    const emptyAgain = await u.api.post(`/v1/webhooks/${w.id}/deliveries/replay`, { json: { event_name: "nothing" } });
+    expect(emptyAgain.body.data.id).not.toBe(empty.body.data.id);
+    const emptyStatus = await u.api.get(`/v1/webhooks/${w.id}/replays/${empty.body.data.id}`);
+    expect(emptyStatus.body.data).toMatchObject({ state: "done", matched: 0, pending: 0 });
 
     const otherHook = await createWebhook(u.api, "http://127.0.0.1:9/other");
     expect((await u.api.get(`/v1/webhooks/${otherHook.id}/replays/${res.body.data.id}`)).status).toBe(404);
