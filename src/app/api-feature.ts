@@ -85,7 +85,13 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
         },
       }),
       live.v1,
-      deliveryRoutes({ webhooks: services.webhooks, log: stores.attemptLog, queue: queues.delivery, attempts: core.attempts }),
+      deliveryRoutes({
+        webhooks: services.webhooks,
+        log: stores.attemptLog,
+        replays: stores.replays,
+        queue: queues.delivery,
+        attempts: core.attempts,
+      }),
     ],
   });
   let server: Server | undefined;

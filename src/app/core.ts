@@ -29,6 +29,7 @@ import type { StoreContext } from "../store/context.js";
 import { EventStore } from "../store/events.js";
 import { createKeys } from "../store/keys.js";
 import { RateLimiter } from "../store/rate-limit.js";
+import { ReplayStore } from "../store/replays.js";
 import { ResourceUsage } from "../store/resource-usage.js";
 import { SourceStore } from "../store/sources.js";
 import { SubscriptionStore } from "../store/subscriptions.js";
@@ -85,6 +86,7 @@ export function createCore(o: CoreOptions) {
     workflows: new WorkflowStore(ctx, config.limits),
     events: new EventStore(redis, keys),
     attemptLog: new AttemptLog(redis, keys, config.deliveryLogLimit, Date.now),
+    replays: new ReplayStore(ctx),
   };
 
   const onSandboxCrash = logSandboxCrash(logger);

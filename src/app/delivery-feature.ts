@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { Attempter } from "../delivery/attempt.js";
+import { ReplayDriver } from "../delivery/bulk-replay.js";
 import { DirectDelivery } from "../delivery/direct.js";
 import { DeliveryJobQueue } from "../delivery/jobs.js";
 import { createSender } from "../delivery/sender.js";
@@ -75,6 +76,17 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     claimIdleMs: FANOUT_CLAIM_IDLE_MS,
     direct,
   });
+  // Bulk replays are queued by the worker process holding the driver lease (delivery/bulk-replay.ts).
+  const replayDriver = new ReplayDriver({
+    replays: stores.replays,
+    log: stores.attemptLog,
+    jobs: deliveryJobs,
+    queue: queues.delivery,
+    ratePerSecond: config.replayRatePerSecond,
+    owner: `${process.pid}-${randomUUID()}`,
+    logger,
+  });
+  shutdown.on("workers", "replay driver", () => replayDriver.close());
   const maintenance = new MaintenanceWorker({ connection: conns.workers, prefix: keys.bullPrefix, events: stores.events, logger });
   // BullMQ workers open their connections when constructed: their close steps go in now.
   shutdown.on("workers", "delivery worker", () => worker.close());
@@ -87,6 +99,7 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
       worker.start();
       await fanout.start();
       maintenance.start();
+      replayDriver.start();
     },
     /** True while every worker of the role runs. */
     running: (): boolean => worker.isRunning() && fanout.isRunning() && maintenance.isRunning(),

@@ -127,6 +127,8 @@ export const envSchema = z.object({
   DELIVERY_DIRECT_CONCURRENCY: int(0, 1000).default(64),
   /** Deliveries kept per webhook in the attempt log. */
   DELIVERY_LOG_LIMIT: int(10, 100_000).default(1000),
+  /** Deliveries bulk replays re-queue per second, all replays together (SPEC §12). */
+  REPLAY_RATE_PER_SECOND: int(1, 100_000).default(100),
   /**
    * How long a webhook's previous signing secret stays in effect after a rotation (deliveries are
    * signed with both meanwhile); Svix's 24 h by default, at most 30 days, 0 = it ends at once.
@@ -243,6 +245,7 @@ export interface Config {
   readonly deliveryConcurrency: number;
   readonly deliveryDirectConcurrency: number;
   readonly deliveryLogLimit: number;
+  readonly replayRatePerSecond: number;
   readonly webhookSecretRotationOverlapSeconds: number;
   readonly timerMinIntervalSeconds: number;
   readonly bodyLimitBytes: number;

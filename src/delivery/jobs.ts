@@ -121,9 +121,10 @@ export class DeliveryJobQueue {
     return deliveryJobOpts(jobBudget(job, this.maxAttempts), jobId);
   }
 
-  async add(job: DeliveryJob, how: { readonly delayMs?: number; readonly jobId?: string } = {}): Promise<void> {
+  async add(job: DeliveryJob, how: { readonly delayMs?: number; readonly jobId?: string; readonly priority?: number } = {}): Promise<void> {
     const opts = this.opts(job, how.jobId ?? job.deliveryId);
-    await this.queue.add(job.listenerKind, job, how.delayMs === undefined ? opts : { ...opts, delay: how.delayMs });
+    const withDelay = how.delayMs === undefined ? opts : { ...opts, delay: how.delayMs };
+    await this.queue.add(job.listenerKind, job, how.priority === undefined ? withDelay : { ...withDelay, priority: how.priority });
   }
 
   async addAll(jobs: readonly DeliveryJob[]): Promise<void> {

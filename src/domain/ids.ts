@@ -5,7 +5,7 @@ import { hash } from "node:crypto";
  * 16 base62 characters carry ~95 bits, far past guessable.
  */
 const ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-export const ID_PREFIXES = ["u_", "sc_", "dc_", "sub_", "asub_", "wh_", "d_", "emit_"] as const;
+export const ID_PREFIXES = ["u_", "sc_", "dc_", "sub_", "asub_", "wh_", "d_", "emit_", "rpl_"] as const;
 export type IdPrefix = (typeof ID_PREFIXES)[number];
 
 export type RandomBytes = (n: number) => Uint8Array;

@@ -1,10 +1,17 @@
+import { createHash } from "node:crypto";
 import type { Redis } from "ioredis";
-import type { PageRequest } from "../domain/pagination.js";
+import { encodeCursor, decodeCursor } from "../domain/cursors.js";
+import { type DeliverySelectors, scoreRange, selectsAnything } from "../domain/delivery-query.js";
+import { ValidationError } from "../domain/errors.js";
+import { pageInfo, type PageRequest } from "../domain/pagination.js";
 import { epochSeconds, parseStored } from "./context.js";
-import type { Keys } from "./keys.js";
+import { type Keys, normalizeChannel } from "./keys.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
 import { defineScript, type ScriptCall } from "./script.js";
+import { CLAIM_DELIVERY } from "./scripts/claim-delivery.js";
 import { CREATE_DELIVERY } from "./scripts/create-delivery.js";
+import { QUERY_DELIVERIES } from "./scripts/query-deliveries.js";
+import { SETTLE_REPLAYED } from "./scripts/settle-replayed.js";
 
 export type DeliveryStatus = "pending" | "delivered" | "failed";
 
@@ -36,6 +43,17 @@ export interface DeliveryRecord {
   payload: string;
   accepted_at_ms: number;
   replays: number;
+  /**
+   * The bulk replay (`rpl_…`) that re-queued this delivery, while its attempts go on: the write
+   * that settles it (delivered or failed) counts the outcome in that replay and drops the field.
+   */
+  replay_id?: string | undefined;
+}
+
+/** A record as read, with the exact stored text a compare-and-set (`claim`) compares against. */
+export interface ReadRecord {
+  readonly raw: string;
+  readonly record: DeliveryRecord;
 }
 
 /**
@@ -106,7 +124,13 @@ function applyChange(base: DeliveryBase, prev: DeliveryRecord | undefined, chang
     payload: status === "delivered" ? "" : base.payload,
     accepted_at_ms: base.accepted_at_ms,
     replays: prev?.replays ?? 0,
+    replay_id: status === "pending" ? prev?.replay_id : undefined,
   };
+}
+
+/** Entries of the index a query walks at most: far above any trimmed log (see QUERY_DELIVERIES). */
+function walkBound(limit: number): number {
+  return Math.max(10_000, limit * 4);
 }
 
 /**
@@ -115,6 +139,9 @@ function applyChange(base: DeliveryBase, prev: DeliveryRecord | undefined, chang
  */
 export class AttemptLog {
   private readonly createScript: ScriptCall;
+  private readonly queryScript: ScriptCall;
+  private readonly claimScript: ScriptCall;
+  private readonly settleScript: ScriptCall;
 
   constructor(
     private readonly redis: Redis,
@@ -123,6 +150,9 @@ export class AttemptLog {
     private readonly now: () => number,
   ) {
     this.createScript = defineScript(redis, CREATE_DELIVERY);
+    this.queryScript = defineScript(redis, QUERY_DELIVERIES);
+    this.claimScript = defineScript(redis, CLAIM_DELIVERY);
+    this.settleScript = defineScript(redis, SETTLE_REPLAYED);
   }
 
   /**
@@ -162,8 +192,26 @@ export class AttemptLog {
       if (!known) return undefined;
     }
     const next = applyChange(known, known, change, epochSeconds(nowMs));
+    if (known.replay_id !== undefined && next.status !== "pending") return this.settleReplayed(known.replay_id, next);
     const ok = await this.redis.set(key, JSON.stringify(next), "XX");
     return ok ? next : undefined;
+  }
+
+  /** Writes the record of a replayed delivery that settled and counts it in its replay (SETTLE_REPLAYED). */
+  private async settleReplayed(replayId: string, next: DeliveryRecord): Promise<DeliveryRecord | undefined> {
+    const outcome = next.status === "delivered" ? "delivered" : "failed";
+    const other = outcome === "delivered" ? "failed" : "delivered";
+    const k = this.keys;
+    const written = await this.settleScript(
+      [
+        k.delivery(next.user_id, next.id),
+        k.replay(next.user_id, replayId),
+        k.replayOutcome(next.user_id, replayId, outcome),
+        k.replayOutcome(next.user_id, replayId, other),
+      ],
+      [JSON.stringify(next), next.id],
+    );
+    return Number(written) === 1 ? next : undefined;
   }
 
   async get(userId: string, id: string): Promise<DeliveryRecord | undefined> {
@@ -185,6 +233,92 @@ export class AttemptLog {
     const next = { ...change(current), updated_at: epochSeconds(this.now()) };
     await this.redis.set(this.keys.delivery(userId, id), JSON.stringify(next), "XX");
     return next;
+  }
+
+  /** Records with the stored text they were read from (for `claim`), in the order of `ids`; missing ones left out. */
+  async readForClaim(userId: string, ids: readonly string[]): Promise<ReadRecord[]> {
+    if (ids.length === 0) return [];
+    const raws = await this.redis.mget(...ids.map((id) => this.keys.delivery(userId, id)));
+    const out: ReadRecord[] = [];
+    for (const raw of raws) {
+      const record = parseStored<DeliveryRecord>(raw);
+      if (raw !== null && record) out.push({ raw, record });
+    }
+    return out;
+  }
+
+  /**
+   * Replaces `read` by `next` only if the record still is what was read (CLAIM_DELIVERY): a
+   * replay claims a failed delivery this way, so two replays racing for it queue it once.
+   */
+  async claim(read: ReadRecord, next: DeliveryRecord): Promise<boolean> {
+    const sha = createHash("sha1").update(read.raw, "utf8").digest("hex");
+    const done = await this.claimScript([this.keys.delivery(next.user_id, next.id)], [sha, JSON.stringify(next)]);
+    return Number(done) === 1;
+  }
+
+  /**
+   * The ids of the listener's deliveries that match `selectors`, newest first, optionally paged
+   * from an anchor (QUERY_DELIVERIES), with the number of matches in the whole log.
+   */
+  private async select(
+    userId: string,
+    listenerId: string,
+    s: DeliverySelectors,
+    page: { limit: number; anchor?: string; direction?: "after" | "before" },
+  ): Promise<{ total: number; ids: string[] } | undefined> {
+    const { max, min } = scoreRange(s);
+    const res = (await this.queryScript(
+      [this.keys.deliveries(userId, listenerId)],
+      [
+        max,
+        min,
+        s.status === undefined ? "" : `"status":${JSON.stringify(s.status)}`,
+        s.event_name === undefined ? "" : `"event_name":${JSON.stringify(normalizeChannel(s.event_name))}`,
+        this.keys.delivery(userId, ""),
+        page.anchor ?? "",
+        page.direction ?? "",
+        page.limit,
+        walkBound(this.limit),
+      ],
+    )) as (number | string)[];
+    const total = Number(res[0]);
+    if (total < 0) return undefined;
+    return { total, ids: res.slice(1).map(String) };
+  }
+
+  /** Every delivery id of the listener that `selectors` match, newest first (what a bulk replay plans). */
+  async matching(userId: string, listenerId: string, selectors: DeliverySelectors): Promise<string[]> {
+    return (await this.select(userId, listenerId, selectors, { limit: 0 }))?.ids ?? [];
+  }
+
+  /** How many of the listener's deliveries `selectors` match. */
+  async count(userId: string, listenerId: string, selectors: DeliverySelectors): Promise<number> {
+    return (await this.select(userId, listenerId, selectors, { limit: 1 }))?.total ?? 0;
+  }
+
+  /**
+   * One page of the listener's deliveries that match `selectors`, newest first. Cursors are
+   * delivery ids as in `list`; a cursor anchors by its place in the log, so pages stay exact
+   * under filters (and when the cursor's own delivery no longer matches).
+   */
+  async query(userId: string, listenerId: string, selectors: DeliverySelectors, page: PageRequest): Promise<Page<DeliveryRecord>> {
+    if (!selectsAnything(selectors)) return this.list(userId, listenerId, page);
+    const raw = page.after ?? page.before;
+    const name = page.after !== undefined ? "after" : "before";
+    const anchor = raw === undefined ? undefined : decodeCursor(raw);
+    if (raw !== undefined && anchor === undefined) throw new ValidationError(`${name} is not a cursor of this list`, "invalid_cursor");
+    const found = await this.select(userId, listenerId, selectors, {
+      limit: page.limit,
+      ...(anchor === undefined ? {} : { anchor, direction: name }),
+    });
+    if (!found) throw new ValidationError(`${name} is not a cursor of this list`, "invalid_cursor");
+    const records = await loadJson<DeliveryRecord>(
+      this.redis,
+      found.ids.map((id) => this.keys.delivery(userId, id)),
+    );
+    const data = records.filter((x): x is DeliveryRecord => x !== undefined);
+    return { data, page_info: pageInfo(found.ids, found.total, encodeCursor) };
   }
 
   list(userId: string, listenerId: string, page: PageRequest): Promise<Page<DeliveryRecord>> {

@@ -103,11 +103,25 @@ export function createKeys(prefix: string) {
     deliveries: (userId: string, webhookId: string) => `${u(userId)}:deliveries:${webhookId}`,
     delivery: (userId: string, id: string) => `${u(userId)}:delivery:${id}`,
 
+    /** hash: a bulk replay (store/replays.ts): its webhook, selectors, counters and cursor; expires */
+    replay: (userId: string, id: string) => `${u(userId)}:replay:${id}`,
+    /** list: the delivery ids a bulk replay matched, in the order it queues them; expires with it */
+    replayPlan: (userId: string, id: string) => `${u(userId)}:replay:${id}:plan`,
+    /** set: delivery ids of a bulk replay that settled as `outcome`; expires with it */
+    replayOutcome: (userId: string, id: string, outcome: "delivered" | "failed") => `${u(userId)}:replay:${id}:${outcome}`,
+    /** string: the id of the replay of these selectors still queueing (identical requests find it) */
+    replayRunning: (userId: string, webhookId: string, identity: string) =>
+      `${u(userId)}:replay-running:${webhookId}:${encodeURIComponent(identity)}`,
+
     /** stream: the outbox read by fan-out workers through a consumer group */
     outbox: () => `${g}:outbox`,
     /** stream: "reconcile this source's timer" requests for the scheduler role */
     timerControl: () => `${g}:timers:control`,
     /** string: the scheduler role's leadership lock */
     schedulerLock: () => `${g}:timers:lock`,
+    /** zset: "<user id> <replay id>" of bulk replays still queueing, by creation time (ms) */
+    replaysQueueing: () => `${g}:replays`,
+    /** string: the lock of the one process that drives bulk replays */
+    replayLease: () => `${g}:replays:lease`,
   };
 }

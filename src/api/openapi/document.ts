@@ -47,6 +47,8 @@ interface Operation {
   /** Answers `{data}` or a list, so include/exclude apply. */
   readonly fields?: boolean;
   readonly ok: { readonly status: number; readonly description: string; readonly schema?: Json; readonly type?: string };
+  /** A second success answer (a dry run's 200 beside the 202 of the real thing). */
+  readonly alsoOk?: { readonly status: number; readonly description: string; readonly schema: Json };
   /** Error answers beyond those every operation of its kind has (401, 500, 503, body errors). */
   readonly errors?: readonly ErrorStatus[];
   /** Whether Redis is on the path (so 503 when it is unavailable). */
@@ -61,6 +63,7 @@ const PATH_PARAMS: Readonly<Record<string, Param>> = {
   key: { name: "key", schema: str, description: "Component key of a shipped (registry) component" },
   keyOrId: { name: "keyOrId", schema: str, description: "A saved component's id (sc_…) or key (the newest with that key)" },
   deliveryId: { name: "deliveryId", schema: { type: "string", pattern: "^d_" }, description: "Delivery id" },
+  replayId: { name: "replayId", schema: { type: "string", pattern: "^rpl_" }, description: "Bulk replay id" },
   token: { name: "token", schema: { type: "string", pattern: "^[A-Za-z0-9]{8,64}$" }, description: "The endpoint's unguessable token" },
   path: { name: "path", schema: str, description: "Any sub-path (it may contain further / segments)" },
   file: { name: "file", schema: str, description: "Asset file name" },
@@ -71,6 +74,13 @@ const eventName: Param = {
   schema: str,
   description: 'Channel: "" or "default" (the default channel), "$errors", "$logs" or any name',
 };
+/** The attempt-log selectors (SPEC §12). */
+const deliverySelectors: readonly Param[] = [
+  { name: "status", schema: { type: "string", enum: ["pending", "delivered", "failed"] }, description: "Only deliveries in this state" },
+  { name: "since", schema: { type: "integer", minimum: 0 }, description: "Events from this time on (epoch seconds, inclusive)" },
+  { name: "until", schema: { type: "integer", minimum: 0 }, description: "Events before this time (epoch seconds, exclusive)" },
+  { ...eventName, description: 'Only events of this channel ("" or "default": the default channel)' },
+];
 const expand: Param = { name: "expand", schema: { type: "string", enum: ["event"] }, description: "event: return full event data" };
 const componentSelection: readonly Param[] = [
   { name: "component_id", schema: str, description: "Id of a saved component (sc_…); wins over code and URL" },
@@ -508,10 +518,35 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
   "/v1/webhooks/{id}/deliveries": {
     get: v1({
       tag: "Deliveries",
-      summary: "The webhook's attempt log, newest first",
+      summary: "The webhook's attempt log, newest first, optionally filtered",
+      query: deliverySelectors,
       paged: true,
-      ok: { status: 200, description: "A page of deliveries", schema: page("Delivery") },
+      ok: { status: 200, description: "A page of matching deliveries", schema: page("Delivery") },
       errors: [400, 404],
+    }),
+  },
+  "/v1/webhooks/{id}/deliveries/replay": {
+    post: v1({
+      tag: "Deliveries",
+      summary: "Re-queue every failed delivery the selectors match, progressively (or count them: dry_run)",
+      description:
+        "status defaults to (and may only be) failed. An identical request while the first replay is still queueing answers with its id and queues nothing twice.",
+      query: [
+        ...deliverySelectors,
+        { name: "dry_run", schema: { type: "boolean" }, description: "true: only count the matching deliveries (200)" },
+      ],
+      jsonBody: true,
+      ok: { status: 202, description: "Accepted: the replay's id and how many deliveries it matched", schema: data(ref("ReplayAccepted")) },
+      alsoOk: { status: 200, description: "dry_run: how many deliveries a replay would re-queue now", schema: data(ref("ReplayCount")) },
+      errors: [400, 404, 413],
+    }),
+  },
+  "/v1/webhooks/{id}/replays/{replayId}": {
+    get: v1({
+      tag: "Deliveries",
+      summary: "A bulk replay's progress (kept 24 hours)",
+      ok: { status: 200, description: "The replay", schema: data(ref("Replay")) },
+      errors: [404],
     }),
   },
   "/v1/webhooks/{id}/deliveries/{deliveryId}/retry": {
@@ -702,6 +737,8 @@ function operationObject(path: string, method: string, op: Operation): Json {
       ...(!op.ok.schema && op.ok.type ? { content: { [op.ok.type]: {} } } : {}),
     },
   };
+  if (op.alsoOk)
+    responses[op.alsoOk.status] = { description: op.alsoOk.description, content: { "application/json": { schema: op.alsoOk.schema } } };
   for (const s of [...statuses].sort()) {
     const entry = ERROR_RESPONSES[s];
     if (entry) responses[s] = { $ref: `#/components/responses/${entry[0]}` };

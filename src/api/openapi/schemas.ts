@@ -285,6 +285,39 @@ export const Status = named("Status", z.object({ status: z.string() }));
 /** `{id, status}` of a re-queued delivery. */
 export const Requeued = named("Requeued", z.object({ id: z.string(), status: z.literal("pending") }));
 
+/** A bulk replay's dry run (SPEC §12). */
+export const ReplayCount = named("ReplayCount", z.object({ matched: z.int().min(0) }));
+
+/** A bulk replay as acknowledged with 202 (the same id again for an identical request while it queues). */
+export const ReplayAccepted = named("ReplayAccepted", z.object({ id: idOf("rpl_", "Replay"), matched: z.int().min(0) }));
+
+const count = z.int().min(0);
+/** A bulk replay's progress (SPEC §12; `GET /v1/webhooks/{id}/replays/{replayId}`). */
+export const Replay = named(
+  "Replay",
+  z.object({
+    id: idOf("rpl_", "Replay"),
+    webhook_id: idOf("wh_", "Webhook"),
+    state: z.enum(["queueing", "running", "done"]).meta({
+      description: "queueing: deliveries still to be re-queued; running: all queued, some not settled; done",
+    }),
+    selectors: z.object({
+      status: z.literal("failed").optional(),
+      since: epochSeconds.optional(),
+      until: epochSeconds.optional(),
+      event_name: z.string().optional(),
+    }),
+    matched: count.meta({ description: "Failed deliveries the selectors matched when the replay was asked for" }),
+    queued: count.meta({ description: "Deliveries re-queued so far" }),
+    delivered: count.meta({ description: "Re-queued deliveries delivered since" }),
+    failed: count.meta({ description: "Re-queued deliveries that used their fresh attempts and failed again" }),
+    pending: count.meta({ description: "matched - delivered - failed - skipped: still to be queued or settled" }),
+    skipped: count.meta({ description: "Matched deliveries no longer failed when their turn came (replayed otherwise, or gone)" }),
+    created_at: epochSeconds,
+    expires_at: epochSeconds,
+  }),
+);
+
 /** The OpenAPI `components.schemas` of every registered schema, refs pointing inside the document. */
 export function componentSchemas(): Record<string, object> {
   const out = z.toJSONSchema(schemas, {

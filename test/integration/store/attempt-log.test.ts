@@ -117,4 +117,49 @@ describe("AttemptLog", () => {
     await log.upsert(await base("wh_batch"), attempt("delivered"));
     expect(await count()).toBe(40);
   });
+
+  it("claims a record only while it is what was read, so two replays racing for it claim it once", async () => {
+    const log = new AttemptLog(redis, keys, 100, Date.now);
+    const b = await base("wh_claim");
+    await log.upsert(b, attempt("failed"));
+    const [first] = await log.readForClaim("u_log", [b.id]);
+    const [second] = await log.readForClaim("u_log", [b.id]);
+    const pendingAgain = (r: NonNullable<typeof first>, replayId: string) => ({
+      ...r.record,
+      status: "pending" as const,
+      replays: r.record.replays + 1,
+      replay_id: replayId,
+    });
+    expect(await log.claim(first!, pendingAgain(first!, "rpl_one"))).toBe(true);
+    expect(await log.claim(second!, pendingAgain(second!, "rpl_two"))).toBe(false);
+    expect(await log.get("u_log", b.id)).toMatchObject({ status: "pending", replays: 1, replay_id: "rpl_one" });
+    expect(await log.readForClaim("u_log", ["d_missing"])).toEqual([]);
+  });
+
+  it("counts a replayed delivery's outcome in its replay once it settles, and drops the replay id", async () => {
+    const log = new AttemptLog(redis, keys, 100, Date.now);
+    const b = await base("wh_settle");
+    await log.upsert(b, attempt("failed"));
+    const [read] = await log.readForClaim("u_log", [b.id]);
+    await redis.hset(keys.replay("u_log", "rpl_settle"), "webhook_id", "wh_settle");
+    await redis.pexpire(keys.replay("u_log", "rpl_settle"), 60_000);
+    await log.claim(read!, { ...read!.record, status: "pending", replays: 1, replay_id: "rpl_settle" });
+    // A retry keeps it under the replay; the final outcome counts.
+    const retried = await log.upsert(b, attempt("pending"), await log.get("u_log", b.id));
+    expect(retried?.replay_id).toBe("rpl_settle");
+    expect(await redis.exists(keys.replayOutcome("u_log", "rpl_settle", "delivered"))).toBe(0);
+    const settled = await log.upsert(b, attempt("delivered"), retried);
+    expect(settled?.replay_id).toBeUndefined();
+    expect(await redis.smembers(keys.replayOutcome("u_log", "rpl_settle", "delivered"))).toEqual([b.id]);
+    expect(await redis.pttl(keys.replayOutcome("u_log", "rpl_settle", "delivered"))).toBeGreaterThan(0);
+    expect((await log.get("u_log", b.id))?.replay_id).toBeUndefined();
+
+    // A replay that expired counts nothing (and leaves no set without an expiry behind).
+    const late = await base("wh_settle");
+    await log.upsert(late, attempt("failed"));
+    const [lateRead] = await log.readForClaim("u_log", [late.id]);
+    await log.claim(lateRead!, { ...lateRead!.record, status: "pending", replays: 1, replay_id: "rpl_gone" });
+    expect(await log.upsert(late, attempt("failed"), await log.get("u_log", late.id))).toMatchObject({ status: "failed" });
+    expect(await redis.exists(keys.replayOutcome("u_log", "rpl_gone", "failed"))).toBe(0);
+  });
 });

@@ -217,6 +217,13 @@ describe("real answers validate against the document", () => {
     // Only failed deliveries are retried: a delivered one is a 409.
     await call(u.api, "POST", "/v1/webhooks/{id}/deliveries/{deliveryId}/retry", { id: hook.id, deliveryId });
     await call(u.api, "POST", "/v1/webhooks/{id}/deliveries/{deliveryId}/retry", { id: hook.id, deliveryId: "d_nosuchdelivery0" });
+    await call(u.api, "GET", "/v1/webhooks/{id}/deliveries", { id: hook.id }, { query: { status: "delivered", since: 0, event_name: "" } });
+    await call(u.api, "GET", "/v1/webhooks/{id}/deliveries", { id: hook.id }, { query: { status: "lost" } });
+    await call(u.api, "POST", "/v1/webhooks/{id}/deliveries/replay", { id: hook.id }, { json: { dry_run: true } });
+    const replay = await call(u.api, "POST", "/v1/webhooks/{id}/deliveries/replay", { id: hook.id }, { query: { since: 0 } });
+    await call(u.api, "POST", "/v1/webhooks/{id}/deliveries/replay", { id: hook.id }, { query: { status: "pending" } });
+    await call(u.api, "GET", "/v1/webhooks/{id}/replays/{replayId}", { id: hook.id, replayId: replay.body.data.id });
+    await call(u.api, "GET", "/v1/webhooks/{id}/replays/{replayId}", { id: hook.id, replayId: "rpl_nosuchreplay00" });
 
     await call(u.api, "DELETE", "/v1/subscriptions", {}, { query: { emitter_id: p, listener_id: hook.id, event_name: "" } });
     await call(u.api, "DELETE", "/v1/subscriptions", {}, { query: { emitter_id: p, listener_id: hook.id, event_name: "" } });
