@@ -132,7 +132,8 @@ export class Attempter {
 
   /** `$delivery_failed`, except for a delivery of a health event (domain/health-events.ts: no loops). */
   private async reportFailed(job: DeliveryJob, recorded: DeliveryRecord | undefined): Promise<void> {
-    if (recorded && this.d.health && reportsDeliveryFailure(job.listenerKind, job.emitterId)) await this.d.health.deliveryFailed(recorded);
+    if (recorded && this.d.health && reportsDeliveryFailure(job.listenerKind, job.emitterId))
+      await this.d.health.deliveryFailed(recorded, job.hops ?? 0);
   }
 
   private resolveTarget(job: DeliveryJob): Promise<Target> {

@@ -42,7 +42,7 @@ export class HealthEvents implements HealthReporter {
     this.now = d.now ?? Date.now;
   }
 
-  deliveryFailed(record: DeliveryRecord): Promise<void> {
+  deliveryFailed(record: DeliveryRecord, hops = 0): Promise<void> {
     const n = record.attempts.length;
     return this.emit(
       record.user_id,
@@ -50,6 +50,7 @@ export class HealthEvents implements HealthReporter {
       HEALTH_CHANNELS.deliveryFailed,
       { webhook_id: record.listener_id, ...deliveryView(record) },
       { id: record.id, summary: `delivery ${record.id} failed after ${n} attempt${n === 1 ? "" : "s"}` },
+      hops,
     );
   }
 
@@ -105,7 +106,7 @@ export class HealthEvents implements HealthReporter {
     return this.emit(userId, webhookId, channel, payload, { summary: `${webhookId}: ${message}` });
   }
 
-  private async emit(userId: string, webhookId: string, channel: HealthChannel, payload: unknown, meta: EmitMeta): Promise<void> {
+  private async emit(userId: string, webhookId: string, channel: HealthChannel, payload: unknown, meta: EmitMeta, hops = 0): Promise<void> {
     const guard = {
       key: this.d.webhookKey(userId, webhookId),
       ensure: (): Promise<void> => Promise.reject(new WebhookGone()),
@@ -116,7 +117,7 @@ export class HealthEvents implements HealthReporter {
         webhookId,
         "webhook",
         [{ event: payload, name: channel, meta: { ...meta, ts: this.now() } }],
-        0,
+        hops,
         guard,
       );
       this.d.metrics.healthEvents.inc({ event_name: channel, outcome: "recorded" });

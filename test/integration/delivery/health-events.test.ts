@@ -117,6 +117,47 @@ describe("$delivery_failed", () => {
   });
 });
 
+/** A source that answers every event it receives with an emit of its own. */
+const ECHO = `module.exports = {
+  name: "Health Echo",
+  version: "0.0.1",
+  props: {},
+  async run(event) {
+    this.$emit({ echo: event.id || null });
+  },
+};
+`;
+
+describe("$delivery_failed through a source", () => {
+  it("stops after 16 hops when a source answers a webhook's failures with events that webhook fails again", async () => {
+    const u = await h.td.createUser();
+    const failPath = hookPath("hops-failing", failing);
+    const a = await shortWebhook(u.api, failPath);
+    const created = await u.api.post("/v1/sources", { json: { component_code: ECHO } });
+    expect(created.status, created.text).toBe(200);
+    const echo = created.body.data as { id: string };
+    await subscribe(u.api, "wh_*", echo.id, "$delivery_failed");
+    await subscribe(u.api, echo.id, a.id);
+    const p = workflowId();
+    await subscribe(u.api, p, a.id);
+    await emit(u.api, p, { start: true });
+
+    const [stopped] = await waitFor(
+      async () => {
+        const res = await u.api.get(`/v1/sources/${echo.id}/event_summaries`, { query: { event_name: "$errors", expand: "event" } });
+        return res.body.data.length > 0 ? res.body.data : undefined;
+      },
+      { timeoutMs: 90_000, what: "the chain to stop on the source's $errors" },
+    );
+    expect(stopped.event.error.code).toBe("MAX_HOPS");
+    await quiet(h);
+    // The workflow's event and 16 echoes failed at A; the 17th report reached a source that refused to run.
+    expect(await healthOf(u.api, a.id, "$delivery_failed")).toHaveLength(17);
+    const echoes = await u.api.get(`/v1/sources/${echo.id}/event_summaries`, { query: { limit: 100 } });
+    expect(echoes.body.page_info.total_count).toBe(16);
+  }, 120_000);
+});
+
 describe("$webhook_disabled and $webhook_recovered", () => {
   it("reports a 410 deactivation (to a subscriber of that webhook), then PUT reactivation and deactivation", async () => {
     const u = await h.td.createUser();
