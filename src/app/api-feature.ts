@@ -79,6 +79,7 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
         ingest: core.ingest,
         sources: services.sources,
         workflows: services.workflows,
+        webhooks: services.webhooks,
         version: config.version,
         enqueueMaintenance: async (job: MaintenanceJob) => {
           await queues.maintenance.add(job.kind, job, MAINTENANCE_JOB_OPTS);

@@ -6,6 +6,7 @@ import { pooledRandomBytes } from "../domain/random-pool.js";
 import { maxAttempts } from "../domain/retry-policy.js";
 import { MAX_RETRY_DELAYS } from "../domain/webhook-settings.js";
 import { slugify } from "../domain/slug.js";
+import { HealthEvents } from "../events/health.js";
 import { Ingest } from "../events/ingest.js";
 import { createGuardedAgent } from "../net/guarded-agent.js";
 import type { Logger } from "../observability/logger.js";
@@ -99,6 +100,8 @@ export function createCore(o: CoreOptions) {
   const { ingressEventsPerSecond: perSecond, ingressBurstEvents: burst } = config.limits;
   const ingressRate = new IngressRate(new RateLimiter(redis, perSecond, burst), (userId) => keys.ingressRate(userId), { perSecond, burst });
   const ingest = new Ingest(stores.events, workflows, metrics, Date.now, ctx.randomBytes, ingressRate);
+  // SPEC §12 health events: the Attempter (app/delivery-feature.ts) and PUT /webhooks report here.
+  const health = new HealthEvents({ ingest, webhookKey: (userId, id) => keys.webhook(userId, id), logger, metrics });
   const runtime = createRuntime({
     config,
     logger,
@@ -134,6 +137,8 @@ export function createCore(o: CoreOptions) {
     sources,
     webhooks: new WebhookService(stores.webhooks, stores.subscriptions, ctx.randomBytes, {
       secretRotationOverlapMs: config.webhookSecretRotationOverlapSeconds * 1000,
+      health,
+      dropEvents: (userId, id) => stores.events.dropEmitter(userId, id),
     }),
     subscriptions: new SubscriptionService(stores.subscriptions, stores.sources, stores.webhooks, workflows),
     users: new UserService(
@@ -157,6 +162,7 @@ export function createCore(o: CoreOptions) {
     services,
     analyzer,
     ingest,
+    health,
     runtime,
     /** Attempts a delivery gets in all (first attempt and retries). */
     // At least as many as the longest retry_schedule a webhook may have: the classifier ends each

@@ -48,6 +48,7 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     webhooks: stores.webhooks,
     scheduleMs: config.deliveryRetryScheduleMs,
     rateLimit: (userId, webhookId, rate) => webhookRates.take(keys.webhookRate(userId, webhookId), rate),
+    health: core.health,
     logger,
     metrics,
   });

@@ -1,5 +1,6 @@
 import { planAttempt, readsRecord, type RunCounts } from "../domain/delivery-plan.js";
 import { classifyAttempt, describeAnswer, type Outcome } from "../domain/delivery-outcome.js";
+import { reportsDeliveryFailure } from "../domain/health-events.js";
 import { previousSecretInEffect } from "../domain/signing.js";
 import { retryScheduleMs } from "../domain/webhook-settings.js";
 import type { Logger } from "../observability/logger.js";
@@ -10,6 +11,7 @@ import type { ListenerCache } from "../store/listener-cache.js";
 import type { WorkflowRecord, WorkflowStore } from "../store/workflows.js";
 import type { AttemptLog, DeliveryRecord } from "../store/attempt-log.js";
 import { recordBaseOf } from "./jobs.js";
+import type { HealthReporter } from "./health-reporter.js";
 import { type Destination, prepareRequest } from "./prepare.js";
 import type { Sender, SendResult } from "./sender.js";
 
@@ -22,7 +24,7 @@ export interface AttempterDeps {
    */
   listeners: Pick<ListenerCache, "get" | "workflow">;
   /** Where a 410 Gone deactivates a webhook. */
-  webhooks: Pick<WebhookStore, "update">;
+  webhooks: Pick<WebhookStore, "setActive">;
   /** DELIVERY_RETRY_SCHEDULE: the delays of every listener without a `retry_schedule` of its own. */
   scheduleMs: readonly number[];
   /**
@@ -31,6 +33,8 @@ export interface AttempterDeps {
    * Without it, rate limits are not applied.
    */
   rateLimit?: (userId: string, webhookId: string, ratePerSecond: number) => Promise<number>;
+  /** Health events (SPEC §12): `$delivery_failed` and `$webhook_disabled` (events/health.ts). None: not reported. */
+  health?: HealthReporter;
   logger: Logger;
   metrics: Metrics;
   now?: () => number;
@@ -111,8 +115,8 @@ export class Attempter {
       nowMs,
       random: this.random,
     });
-    await this.record(job, nowMs, result, outcome, record);
-    await this.act(job, outcome);
+    const recorded = await this.record(job, nowMs, result, outcome, record);
+    await this.act(job, outcome, recorded);
     return outcome;
   }
 
@@ -122,7 +126,14 @@ export class Attempter {
    * record stays delivered (a late duplicate run).
    */
   async giveUp(job: DeliveryJob): Promise<void> {
-    await this.d.attemptLog.upsert(recordBaseOf(job), { status: "failed", keepDelivered: true });
+    const recorded = await this.d.attemptLog.upsert(recordBaseOf(job), { status: "failed", keepDelivered: true });
+    if (recorded?.status === "failed") await this.reportFailed(job, recorded);
+  }
+
+  /** `$delivery_failed`, except for a delivery of a health event (domain/health-events.ts: no loops). */
+  private async reportFailed(job: DeliveryJob, recorded: DeliveryRecord | undefined): Promise<void> {
+    if (recorded && this.d.health && reportsDeliveryFailure(job.listenerKind, job.emitterId))
+      await this.d.health.deliveryFailed(recorded, job.hops ?? 0);
   }
 
   private resolveTarget(job: DeliveryJob): Promise<Target> {
@@ -148,7 +159,7 @@ export class Attempter {
 
   private async record(job: DeliveryJob, startedMs: number, result: SendResult, outcome: Outcome, known: DeliveryRecord | undefined) {
     const status = outcome.kind === "delivered" ? "delivered" : outcome.kind === "retry" ? "pending" : "failed";
-    await this.d.attemptLog.upsert(
+    return this.d.attemptLog.upsert(
       recordBaseOf(job),
       {
         status,
@@ -164,7 +175,8 @@ export class Attempter {
     );
   }
 
-  private async act(job: DeliveryJob, outcome: Outcome): Promise<void> {
+  /** `recorded`: the attempt-log record this attempt wrote (undefined when its listener vanished meanwhile). */
+  private async act(job: DeliveryJob, outcome: Outcome, recorded: DeliveryRecord | undefined): Promise<void> {
     const kind = job.listenerKind;
     switch (outcome.kind) {
       case "delivered":
@@ -176,10 +188,15 @@ export class Attempter {
         return;
       case "give_up":
         this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "failed" });
+        await this.reportFailed(job, recorded);
         return;
       case "deactivate":
         this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "deactivated" });
-        if (kind === "webhook") await this.d.webhooks.update(job.userId, job.listenerId, { active: false });
+        if (kind === "webhook") {
+          const set = await this.d.webhooks.setActive(job.userId, job.listenerId, false);
+          // Only the delivery that made the change reports it (several may meet the same 410).
+          if (set?.changed) await this.d.health?.webhookDeactivated(job.userId, job.listenerId, outcome.reason, job.deliveryId);
+        }
         return;
       default: {
         const never: never = outcome;

@@ -17,6 +17,8 @@ export interface EventToDeliver {
   readonly eventId: string;
   readonly payload: string;
   readonly acceptedAtMs: number;
+  /** Source-to-source (and health-event) hops of the event's chain; absent or 0 for most. */
+  readonly hops?: number | undefined;
 }
 
 /**
@@ -45,6 +47,7 @@ export function newDeliveryJob(
   };
   // For workers of the previous version during a rolling upgrade (see the catalog).
   if (start.origin === "redo") job.redo = true;
+  if (event.hops) job.hops = event.hops;
   return job;
 }
 

@@ -47,9 +47,14 @@ export function isEventId(id: unknown): id is string {
   return typeof id === "string" && /^\d{1,16}-\d{1,16}$/.test(id);
 }
 
-/** The glob subscription pattern an emitter id falls under (`dc_*`, `p_*`), if any. */
+/**
+ * The glob subscription pattern an emitter id falls under (`dc_*`, `p_*`, and `wh_*` for the
+ * health events webhooks emit), if any.
+ */
 export function emitterGlob(emitterId: string): string | undefined {
-  return emitterId.startsWith("dc_") ? "dc_*" : emitterId.startsWith("p_") ? "p_*" : undefined;
+  if (emitterId.startsWith("dc_")) return "dc_*";
+  if (emitterId.startsWith("p_")) return "p_*";
+  return emitterId.startsWith("wh_") ? "wh_*" : undefined;
 }
 
 /** What a listener id names, from its prefix (the one place that dispatches on listener prefixes). */

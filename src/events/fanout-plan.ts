@@ -147,7 +147,9 @@ export function planFanout(
             channel: e.channel,
             eventId: e.eventId,
             payload: e.payload,
-            hops: e.emitterKind === "source" ? e.hops + 1 : 0,
+            // A webhook's health event counts as a hop too: a source that answers failures with emits
+            // delivered to the failing webhook would otherwise cycle forever (domain/health-events.ts).
+            hops: e.emitterKind === "workflow" ? 0 : e.hops + 1,
             acceptedAtMs: e.acceptedAtMs,
           },
         });

@@ -16,7 +16,7 @@ import type { EmitterKind } from "../store/events.js";
  * | `i`   | event id (the summary stream's entry id)                          |
  * | `t`   | accepted-at, epoch ms (absent: 0)                                 |
  * | `h`   | source-to-source hops so far (absent: 0)                          |
- * | `k`   | emitter kind, `source` or `workflow` (absent: `workflow`)         |
+ * | `k`   | emitter kind, `source`, `workflow` or `webhook` (absent: `workflow`) |
  * | `p`   | the payload, JSON text as emitted                                 |
  *
  * Entries written by older versions may lack `t`, `h` and `k`; the defaults keep them readable.
@@ -87,7 +87,7 @@ export function parseOutboxEntry(entryId: string, fields: readonly string[]): Ou
     entryId,
     userId: u,
     emitterId: e,
-    emitterKind: k === "source" ? "source" : "workflow",
+    emitterKind: k === "source" || k === "webhook" ? k : "workflow",
     channel: c,
     eventId: i,
     acceptedAtMs: Number(t ?? 0),

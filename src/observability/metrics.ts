@@ -72,6 +72,12 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
       buckets: LATENCY_BUCKETS,
       registers,
     }),
+    healthEvents: new Counter({
+      name: "tributary_health_events_total",
+      help: "Health events (SPEC §12) by channel ($delivery_failed, $webhook_disabled, $webhook_recovered) and outcome (recorded; failed: could not be recorded, logged; skipped: the webhook was deleted)",
+      labelNames: ["event_name", "outcome"] as const,
+      registers,
+    }),
     queueDepth: new Gauge({
       name: "tributary_queue_depth",
       help: "Jobs waiting or delayed per queue",

@@ -53,6 +53,12 @@ export const deliveryJob = z.object({
    * worker of the previous version, during a rolling upgrade, reads their attempt record first.
    */
   redo: z.literal(true).optional(),
+  /**
+   * Hops of the event's chain (the outbox entry's `h`; absent = 0): a `$delivery_failed` this
+   * delivery causes carries them on, so a source that turns health events into deliveries that
+   * fail again stops after MAX_HOPS like any source-to-source chain (docs/decisions.md "Health events").
+   */
+  hops: z.number().int().min(0).optional(),
 });
 /** A delivery job as it travels (`origin` may be absent in jobs of an older version). */
 export type DeliveryJobData = z.infer<typeof deliveryJob>;

@@ -7,7 +7,8 @@ import type { AutoSubscriptionRecord, SubscriptionRecord, SubscriptionStore } fr
 import type { WebhookStore } from "../store/webhooks.js";
 import type { WorkflowService } from "./workflows.js";
 
-const GLOBS = new Set(["dc_*", "p_*"]);
+/** Emitter globs: every source, every workflow, every webhook (its health events, SPEC §12) of the user. */
+const GLOBS = new Set(["dc_*", "p_*", "wh_*"]);
 
 /** event_name: any channel name (domain/channel-name.ts, the rule the ingress applies too), "" for the default stream. */
 export function parseEventName(raw: unknown, { required }: { required: boolean }): string {
@@ -36,11 +37,11 @@ export class SubscriptionService {
     private readonly workflows: WorkflowService,
   ) {}
 
-  /** Emitter shape: a dc_ or p_ id, or a glob. */
+  /** Emitter shape: a dc_, p_ or wh_ (health events) id, or a glob. */
   private emitterShape(raw: unknown): string {
     const id = requireString(raw, "emitter_id");
-    if (GLOBS.has(id) || hasIdShape(id, "dc_") || isWorkflowId(id)) return id;
-    throw new ValidationError("emitter_id must be a source id (dc_...), a workflow id (p_...), dc_* or p_*");
+    if (GLOBS.has(id) || hasIdShape(id, "dc_") || hasIdShape(id, "wh_") || isWorkflowId(id)) return id;
+    throw new ValidationError("emitter_id must be a source id (dc_...), a workflow id (p_...), a webhook id (wh_...), dc_*, p_* or wh_*");
   }
 
   /** Listener shape: a dc_, p_ or wh_ id. */
@@ -52,8 +53,9 @@ export class SubscriptionService {
 
   /** Sources and webhooks must exist and be the user's (404 otherwise); workflows need not. */
   private async requireOwned(userId: string, id: string, role: "emitter" | "listener"): Promise<void> {
-    const found =
-      id.startsWith("dc_") && !GLOBS.has(id)
+    const found = GLOBS.has(id)
+      ? true
+      : id.startsWith("dc_")
         ? await this.sources.get(userId, id)
         : id.startsWith("wh_")
           ? await this.webhooks.get(userId, id)

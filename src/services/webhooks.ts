@@ -44,6 +44,10 @@ export function rotationView(w: WebhookRecord) {
 export interface WebhookServiceOptions {
   /** How long a replaced signing secret stays in effect (WEBHOOK_SECRET_ROTATION_OVERLAP_SECONDS, in ms). */
   readonly secretRotationOverlapMs: number;
+  /** Health events (events/health.ts): told when a PUT changes `active`; none = not reported. */
+  readonly health?: { activeChanged(userId: string, webhookId: string, active: boolean): Promise<void> };
+  /** Drops a deleted webhook's event streams (its health events): `EventStore.dropEmitter`. */
+  readonly dropEvents?: (userId: string, webhookId: string) => Promise<void>;
 }
 
 function optionalText(raw: unknown, name: string): string | null | undefined {
@@ -118,6 +122,9 @@ export class WebhookService {
     }
     const updated = await this.store.update(userId, current.id, patch);
     if (!updated) throw new NotFoundError("webhook not found");
+    // Compared with the record this request read: a 410 landing between the read and the write
+    // may make the change look like none (the receiver's own $webhook_disabled still reports it).
+    if (updated.active !== current.active) await this.opts.health?.activeChanged(userId, updated.id, updated.active);
     return updated;
   }
 
@@ -130,5 +137,6 @@ export class WebhookService {
     const w = await this.get(userId, id);
     await this.store.delete(userId, w.id);
     await this.subscriptions.deleteNaming(userId, w.id);
+    await this.opts.dropEvents?.(userId, w.id);
   }
 }

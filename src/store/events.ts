@@ -7,7 +7,8 @@ import { normalizeChannel } from "./keys.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { RECORD_EVENTS } from "./scripts/record-events.js";
 
-export type EmitterKind = "source" | "workflow";
+/** Who emits: sources, workflows, and webhooks (their health events, SPEC §12). */
+export type EmitterKind = "source" | "workflow" | "webhook";
 
 /** Metadata of an emit, as the caller gave it. */
 export interface EmitMeta {

@@ -115,7 +115,12 @@ export class LiveTailStore {
 
   /** Whether the emitter's record still exists (a deleted one ends its streams). */
   async emitterExists(userId: string, kind: EmitterKind, emitterId: string): Promise<boolean> {
-    const key = kind === "source" ? this.keys.source(userId, emitterId) : this.keys.workflow(userId, emitterId);
+    const key =
+      kind === "source"
+        ? this.keys.source(userId, emitterId)
+        : kind === "webhook"
+          ? this.keys.webhook(userId, emitterId)
+          : this.keys.workflow(userId, emitterId);
     return (await this.redis.exists(key)) === 1;
   }
 

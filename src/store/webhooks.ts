@@ -123,6 +123,21 @@ export class WebhookStore {
   }
 
   /**
+   * Sets `active`; `changed` tells whether this call made the change (false when the webhook was
+   * already so), so that of several deliveries answered 410 at once only one reports it.
+   * Undefined when the webhook does not exist.
+   */
+  async setActive(userId: string, id: string, active: boolean): Promise<{ webhook: WebhookRecord; changed: boolean } | undefined> {
+    let changed = false;
+    // `modify` may call `change` again after a lost race: the last call is the one that counted.
+    const webhook = await this.modify(userId, id, (current) => {
+      changed = current.active !== active;
+      return changed ? { ...current, active, updated_at: epochSeconds(this.ctx.now()) } : current;
+    });
+    return webhook && { webhook, changed };
+  }
+
+  /**
    * Makes `secret` the signing secret; the replaced one stays in effect for `overlapMs`
    * (domain/signing.ts `rotateSecrets`). Undefined when the webhook does not exist.
    */

@@ -98,7 +98,7 @@ const sourceParams: readonly Param[] = [
   },
 ];
 const subscriptionParams = (required: boolean): readonly Param[] => [
-  { name: "emitter_id", schema: str, description: "dc_…, p_… or the globs dc_*, p_*", required },
+  { name: "emitter_id", schema: str, description: "dc_…, p_…, wh_… (health events) or the globs dc_*, p_*, wh_*", required },
   { name: "listener_id", schema: str, description: "dc_…, p_… or wh_…", required },
   eventName,
 ];
@@ -274,6 +274,17 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
     get: v1({
       tag: "Events",
       summary: "A source's latest events (up to 100), newest first",
+      paged: true,
+      query: summaryQuery,
+      ok: { status: 200, description: "A page of event summaries", schema: page("EventSummary") },
+      errors: [400, 404],
+    }),
+  },
+  "/v1/webhooks/{id}/event_summaries": {
+    get: v1({
+      tag: "Events",
+      summary:
+        "A webhook's health events (up to 100 per channel), newest first: event_name $delivery_failed, $webhook_disabled or $webhook_recovered (SPEC §12)",
       paged: true,
       query: summaryQuery,
       ok: { status: 200, description: "A page of event summaries", schema: page("EventSummary") },

@@ -110,7 +110,7 @@ export const Subscription = named(
   "Subscription",
   z.object({
     id: idOf("sub_", "Subscription"),
-    emitter_id: z.string().meta({ description: "dc_…, p_… or the globs dc_* and p_*" }),
+    emitter_id: z.string().meta({ description: "dc_…, p_…, wh_… (health events) or the globs dc_*, p_* and wh_*" }),
     listener_id: z.string().meta({ description: "dc_…, p_… or wh_…" }),
     event_name: z.string().meta({ description: 'Channel; "" when none was given' }),
     filter: z

@@ -7,6 +7,7 @@ import { parseEmitBody, type Ingest } from "../../events/ingest.js";
 import type { EventStore } from "../../store/events.js";
 import type { MaintenanceJob } from "../../queue/catalog.js";
 import type { SourceService } from "../../services/sources.js";
+import type { WebhookService } from "../../services/webhooks.js";
 import { parseEventName } from "../../services/subscriptions.js";
 import { parseWorkflowId, type WorkflowService } from "../../services/workflows.js";
 import { userIdOf } from "../middleware/auth.js";
@@ -17,6 +18,8 @@ export interface EventRouteDeps {
   ingest: Ingest;
   sources: SourceService;
   workflows: WorkflowService;
+  /** For a webhook's health events (SPEC §12): 404 unless the webhook is the caller's. */
+  webhooks: Pick<WebhookService, "get">;
   enqueueMaintenance: (job: MaintenanceJob) => Promise<void>;
   version: string;
 }
@@ -47,6 +50,15 @@ export function eventRoutes(deps: EventRouteDeps) {
       const source = await deps.sources.get(userId, ctx.params.id);
       const q = summaryQuery(ctx);
       sendPage(ctx, await deps.events.summaries(userId, source.id, q.channel, q));
+    });
+
+    // A webhook's health events ($delivery_failed, $webhook_disabled, $webhook_recovered: SPEC §12),
+    // read like a source's events; its default channel exists but stays empty.
+    router.get("/webhooks/:id/event_summaries", async (ctx) => {
+      const userId = userIdOf(ctx);
+      const webhook = await deps.webhooks.get(userId, ctx.params.id);
+      const q = summaryQuery(ctx);
+      sendPage(ctx, await deps.events.summaries(userId, webhook.id, q.channel, q));
     });
 
     router.delete("/sources/:id/events", async (ctx) => {

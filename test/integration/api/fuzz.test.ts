@@ -214,6 +214,7 @@ const ROUTES: {
   { name: "/v1/webhooks/:id/deliveries/:d/retry", methods: ["POST"], path: (s) => `/v1/webhooks/${s[0]}/deliveries/${s[1]}/retry` },
   { name: "/v1/webhooks/:id/deliveries/replay", methods: ["POST"], path: (s) => `/v1/webhooks/${s[0]}/deliveries/replay` },
   { name: "/v1/webhooks/:id/replays/:r", methods: ["GET"], path: (s) => `/v1/webhooks/${s[0]}/replays/${s[1]}` },
+  { name: "/v1/webhooks/:id/event_summaries", methods: ["GET"], path: (s) => `/v1/webhooks/${s[0]}/event_summaries` },
   { name: "/v1/users/me", methods: ["GET"], path: () => "/v1/users/me" },
   { name: "/v1/users/me/workflows", methods: ["GET"], path: () => "/v1/users/me/workflows" },
   { name: "/v1/workflows/:id", methods: ["PUT", "GET", "DELETE"], path: (s) => `/v1/workflows/${s[0]}` },

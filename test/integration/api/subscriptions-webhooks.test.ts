@@ -337,10 +337,17 @@ describe("POST /subscriptions", () => {
     expect(res.body.data).toMatchObject({ emitter_id: "p_*", listener_id: w.id, event_name: "$logs" });
   });
 
-  it("accepts the globs dc_* and p_* as emitters", async () => {
+  it("accepts the globs dc_*, p_* and wh_* as emitters", async () => {
     const u = await td.createUser();
     const w = await createWebhook(u.api, "https://example.com/glob");
-    for (const emitter of ["dc_*", "p_*"]) expect((await subscribe(u.api, emitter, w.id)).emitter_id).toBe(emitter);
+    for (const emitter of ["dc_*", "p_*", "wh_*"]) expect((await subscribe(u.api, emitter, w.id)).emitter_id).toBe(emitter);
+  });
+
+  it("accepts an owned webhook as emitter (its health events, SPEC §12)", async () => {
+    const u = await td.createUser();
+    const w = await createWebhook(u.api, "https://example.com/health");
+    const listener = workflowId();
+    expect(await subscribe(u.api, w.id, listener, "$delivery_failed")).toMatchObject({ emitter_id: w.id, event_name: "$delivery_failed" });
   });
 
   it("registers workflows named as emitter or listener", async () => {
@@ -368,7 +375,8 @@ describe("POST /subscriptions", () => {
     ["a missing emitter_id", { listener_id: "p_x" }, /emitter_id/],
     ["a missing listener_id", { emitter_id: "p_x" }, /listener_id/],
     ["an emitter that is no id", { emitter_id: "banana", listener_id: "p_x" }, /emitter_id/],
-    ["a webhook as emitter", { emitter_id: "wh_abcdefghijkl", listener_id: "p_x" }, /emitter_id/],
+    ["a malformed webhook id as emitter", { emitter_id: "wh_abc-def", listener_id: "p_x" }, /emitter_id/],
+    ["an unknown glob wh_x*", { emitter_id: "wh_x*", listener_id: "p_x" }, /emitter_id/],
     ["a component as emitter", { emitter_id: "sc_abcdefghijkl", listener_id: "p_x" }, /emitter_id/],
     ["an unknown glob", { emitter_id: "sc_*", listener_id: "p_x" }, /emitter_id/],
     ["a bare star", { emitter_id: "*", listener_id: "p_x" }, /emitter_id/],
@@ -398,6 +406,8 @@ describe("POST /subscriptions", () => {
       { emitter_id: "p_*", listener_id: wa.id },
       { emitter_id: "dc_*", listener_id: sa.id },
       { emitter_id: absentId("dc_"), listener_id: wb.id },
+      { emitter_id: wa.id, listener_id: wb.id },
+      { emitter_id: absentId("wh_"), listener_id: wb.id },
       { emitter_id: "p_*", listener_id: absentId("wh_") },
       { emitter_id: "p_*", listener_id: absentId("dc_") },
     ];

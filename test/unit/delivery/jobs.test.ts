@@ -49,6 +49,16 @@ describe("delivery jobs", () => {
     expect(readDeliveryJob(data, jobId)).toEqual({ ...legacyData, ...expected });
   });
 
+  it("carry the hops of the event's chain through retries and read them back (absent = 0 for older jobs)", () => {
+    const chained = newDeliveryJob({ ...event, emitterId: "dc_up", hops: 4 }, "wh_hook", "webhook", "d_hop", JOB_STARTS.fanout);
+    expect(chained.hops).toBe(4);
+    const retry = continueDelivery(chained, JOB_STARTS.directRetry);
+    expect(retry.hops).toBe(4);
+    expect(readDeliveryJob(JSON.parse(JSON.stringify(retry)), retry.deliveryId)).toEqual(retry);
+    expect(fanoutJob).not.toHaveProperty("hops");
+    expect(() => readDeliveryJob({ ...legacyData, hops: -1 }, "d_abc")).toThrow();
+  });
+
   it("refuse a malformed job", () => {
     expect(() => readDeliveryJob({ ...legacyData, listenerKind: "source" }, "d_abc")).toThrow();
     expect(() => readDeliveryJob({ ...legacyData, origin: "elsewhere" }, "d_abc")).toThrow();

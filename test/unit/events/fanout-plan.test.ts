@@ -127,6 +127,20 @@ describe("planFanout", () => {
     ]);
   });
 
+  it("counts a webhook's health event as a hop and carries hops into its deliveries (no endless loops, SPEC §12)", () => {
+    const health = entry(1, { emitterKind: "webhook", emitterId: "wh_failing", channel: "$delivery_failed", hops: 5 });
+    const fromSource = entry(2, { emitterKind: "source", emitterId: "dc_up", hops: 3 });
+    const plan = planFanout([health, fromSource, entry(3)], [["dc_echo", "wh_pager"], ["wh_failing"], ["wh_failing"]], "fanout");
+    expect(plan.sourceRuns.map((r) => [r.data.kind === "event" && r.data.emitterId, r.data.kind === "event" && r.data.hops])).toEqual([
+      ["wh_failing", 6],
+    ]);
+    expect(plan.deliveries.map((d) => [d.listenerId, d.emitterId, d.hops])).toEqual([
+      ["wh_pager", "wh_failing", 5],
+      ["wh_failing", "dc_up", 3],
+      ["wh_failing", "p_orders", undefined],
+    ]);
+  });
+
   it("plans a taken-over batch as redo jobs with the same ids", () => {
     const plan = planFanout([entry(1)], [unfiltered(["wh_a"])], "fanout");
     const redo = planFanout([entry(1)], [unfiltered(["wh_a"])], "redo");

@@ -192,6 +192,18 @@ describe("real answers validate against the document", () => {
     await call(u.api, "GET", "/v1/users/me/webhooks");
     await call(u.api, "GET", "/v1/webhooks/{id}", { id: hook.id });
     await call(u.api, "PUT", "/v1/webhooks/{id}", { id: hook.id }, { json: { description: "kept" } });
+    // Health events (SPEC §12): a deactivation and a reactivation through PUT, read back.
+    await call(u.api, "PUT", "/v1/webhooks/{id}", { id: hook.id }, { json: { active: false } });
+    await call(u.api, "PUT", "/v1/webhooks/{id}", { id: hook.id }, { json: { active: true } });
+    const health = await call(
+      u.api,
+      "GET",
+      "/v1/webhooks/{id}/event_summaries",
+      { id: hook.id },
+      { query: { event_name: "$webhook_disabled", expand: "event" } },
+    );
+    expect(health.body.data).toHaveLength(1);
+    await call(u.api, "GET", "/v1/webhooks/{id}/event_summaries", { id: "wh_nosuchwebhook0" });
     await call(u.api, "GET", "/v1/webhooks/{id}/secret", { id: hook.id });
     await call(u.api, "POST", "/v1/webhooks/{id}/secret/rotate", { id: hook.id });
 
