@@ -130,7 +130,11 @@ describe("planFanout", () => {
   it("counts a webhook's health event as a hop and carries hops into its deliveries (no endless loops, SPEC §12)", () => {
     const health = entry(1, { emitterKind: "webhook", emitterId: "wh_failing", channel: "$delivery_failed", hops: 5 });
     const fromSource = entry(2, { emitterKind: "source", emitterId: "dc_up", hops: 3 });
-    const plan = planFanout([health, fromSource, entry(3)], [["dc_echo", "wh_pager"], ["wh_failing"], ["wh_failing"]], "fanout");
+    const plan = planFanout(
+      [health, fromSource, entry(3)],
+      [unfiltered(["dc_echo", "wh_pager"]), unfiltered(["wh_failing"]), unfiltered(["wh_failing"])],
+      "fanout",
+    );
     expect(plan.sourceRuns.map((r) => [r.data.kind === "event" && r.data.emitterId, r.data.kind === "event" && r.data.hops])).toEqual([
       ["wh_failing", 6],
     ]);
