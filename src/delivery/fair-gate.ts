@@ -1,0 +1,107 @@
+import { type Blocker, type Claim, FairSlots, type Held, slotWaitMs } from "../domain/fair-slots.js";
+import type { Metrics } from "../observability/metrics.js";
+import type { DeliveryJob } from "../queue/catalog.js";
+
+/** The pools attempts are made from: fan-out's direct first attempts, and the queue worker's jobs. */
+export type AttemptPool = "direct" | "queue";
+
+export interface FairGateDeps {
+  /** DELIVERY_DIRECT_CONCURRENCY: the direct pool's slots (the queue's are BullMQ's concurrency). */
+  directSlots: number;
+  /** DELIVERY_CONCURRENCY_PER_USER (0 = unlimited). */
+  perUser: number;
+  /** DELIVERY_CONCURRENCY_PER_DESTINATION (0 = unlimited). */
+  perDestination: number;
+  /**
+   * An attempt in flight this long makes the slots it holds count as held by a slow destination:
+   * a delivery waiting for one of them is put off at once instead of waiting (fair-slots.ts slotWaitMs).
+   */
+  clogMs: number;
+  /** Where the job's attempt goes (domain/fair-slots.ts destinationKey), from the listener cache. */
+  destinationOf: (job: DeliveryJob) => Promise<string> | string;
+  metrics: Pick<Metrics, "deliveries">;
+  now?: () => number;
+}
+
+/** A slot to make one attempt in; `release` it once the attempt settled (idempotent). */
+export interface Ticket {
+  release(): void;
+}
+
+/** A slot, or the limit that left none within the wait. */
+export type Entry = { readonly ticket: Ticket } | { readonly blockedBy: Blocker };
+
+type Grant = (held: Held) => void;
+
+/**
+ * The per-process gate every delivery attempt passes (docs/decisions.md "Delivery fairness"):
+ * fan-out's direct attempts and the queue worker's jobs count against the same per-user and
+ * per-destination caps (domain/fair-slots.ts). A delivery finding no room waits in memory only
+ * while the slots it waits for are held by quick attempts (`clogMs`); waiters are served
+ * round-robin by user. Otherwise `enter` answers which limit blocked it, and the caller puts the
+ * delivery off as a delayed job, which spends none of its retry budget.
+ */
+export class FairGate {
+  private readonly slots: FairSlots<Grant>;
+  private readonly now: () => number;
+  private readonly uncapped: boolean;
+
+  constructor(private readonly d: FairGateDeps) {
+    this.slots = new FairSlots({ pools: { direct: d.directSlots }, perUser: d.perUser, perDestination: d.perDestination });
+    this.now = d.now ?? Date.now;
+    this.uncapped = d.perUser === 0 && d.perDestination === 0;
+  }
+
+  async enter(job: DeliveryJob, pool: AttemptPool): Promise<Entry> {
+    // Without caps the destination is never compared: the listener lookup is skipped.
+    const destination = this.uncapped ? "" : await this.d.destinationOf(job);
+    const claim: Claim = { pool, user: job.userId, destination };
+    const nowMs = this.now();
+    const held = this.slots.tryStart(claim, nowMs);
+    if (held) return { ticket: this.ticketOf(held) };
+    const blocker = this.slots.blocker(claim) ?? "user"; // room, but an earlier waiter of the user is ahead
+    const waitMs = slotWaitMs(this.slots.oldestStart(claim, blocker), nowMs, this.d.clogMs);
+    if (waitMs > 0) {
+      const granted = await this.waitFor(claim, waitMs);
+      if (granted) return { ticket: this.ticketOf(granted) };
+    }
+    if (blocker !== "pool") this.d.metrics.deliveries.inc({ listener_kind: job.listenerKind, outcome: "capped" });
+    return { blockedBy: blocker };
+  }
+
+  /** Attempts in flight in `pool` (tests, diagnostics). */
+  inFlight(pool: AttemptPool): number {
+    return this.slots.inFlight(pool);
+  }
+
+  private waitFor(claim: Claim, waitMs: number): Promise<Held | undefined> {
+    return new Promise((resolve) => {
+      const grant: Grant = (held) => {
+        clearTimeout(timer);
+        resolve(held);
+      };
+      const timer = setTimeout(() => {
+        if (this.slots.cancel(claim, grant)) resolve(undefined);
+      }, waitMs);
+      this.slots.wait(claim, grant);
+      // The slot may have freed between the check and the wait (an earlier waiter of the user ahead).
+      this.handOut();
+    });
+  }
+
+  private ticketOf(held: Held): Ticket {
+    let done = false;
+    return {
+      release: () => {
+        if (done) return;
+        done = true;
+        this.slots.finish(held);
+        this.handOut();
+      },
+    };
+  }
+
+  private handOut(): void {
+    for (const { value: grant, held } of this.slots.grant(this.now())) grant(held);
+  }
+}
