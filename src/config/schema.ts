@@ -126,7 +126,7 @@ export const envSchema = z.object({
   /** First attempts fan-out makes directly, in flight at once per worker process; 0 queues every delivery. */
   DELIVERY_DIRECT_CONCURRENCY: int(0, 1000).default(64),
   /** Delivery attempts in flight per user, per worker process (direct and queued together); 0 = no cap. */
-  DELIVERY_CONCURRENCY_PER_USER: int(0, 10_000).default(64),
+  DELIVERY_CONCURRENCY_PER_USER: int(0, 10_000).default(96),
   /** Delivery attempts in flight per destination (URL origin), per worker process; 0 = no cap. */
   DELIVERY_CONCURRENCY_PER_DESTINATION: int(0, 10_000).default(64),
   /** Deliveries kept per webhook in the attempt log. */

@@ -8,7 +8,8 @@ import { type Receiver, startReceiver } from "../../helpers/receiver.js";
  * with the daemon's default caps (DELIVERY_CONCURRENCY_PER_USER and _PER_DESTINATION 64, direct
  * slots 64, worker concurrency 64): user A floods a receiver that never answers (each attempt
  * times out after 3 s) while user B delivers to a healthy receiver on another port. B's
- * deliveries must keep their latency; A's must still all be attempted.
+ * deliveries must keep their latency, and so must A's own deliveries to that healthy receiver
+ * (per-user 96 > per-destination 64); A's dead deliveries must still all be attempted.
  *
  * Without the caps, A's attempts held every direct slot and every queue worker, and B's deliveries
  * waited behind A's whole backlog: here (400 deliveries, 3 s timeouts, 64 + 64 slots) about 15 s.
@@ -55,9 +56,12 @@ describe("delivery fairness", () => {
     const b = await h.td.createUser("paid");
     const aEmitter = workflowId();
     const bEmitter = workflowId();
+    const aHealthyEmitter = workflowId();
     // A's retries come after the test (1 h): what is measured is the first attempts' pressure.
     await subscribe(a.api, aEmitter, await webhook(a.api, dead.url("/never"), { timeout_ms: DEAD_TIMEOUT_MS, retry_schedule: "1h" }));
     await subscribe(b.api, bEmitter, await webhook(b.api, healthy.url("/ok")));
+    // A also has a healthy endpoint: A's dead host must not hold it up either.
+    await subscribe(a.api, aHealthyEmitter, await webhook(a.api, healthy.url("/a-ok")));
 
     // A floods: NOISY events, 20 emits at a time.
     for (let i = 0; i < NOISY; i += 20)
@@ -65,28 +69,40 @@ describe("delivery fairness", () => {
     // Let A's attempts take every slot they can.
     await dead.waitFor((r) => r.requests.length >= 64, { timeoutMs: 20_000, what: "A's first attempts to reach the dead receiver" });
 
-    // B delivers while A saturates: one event every 100 ms, its emit time noted.
+    // B delivers while A saturates: one event every 100 ms, its emit time noted; A's healthy
+    // endpoint gets one event every other time.
     const sentAt = new Map<number, number>();
+    const aSentAt = new Map<number, number>();
     for (let i = 0; i < QUIET; i++) {
       sentAt.set(i, Date.now());
       await emit(b.api, bEmitter, { quiet: i });
+      if (i % 2 === 0) {
+        aSentAt.set(i, Date.now());
+        await emit(a.api, aHealthyEmitter, { quiet: i });
+      }
       await new Promise((r) => setTimeout(r, 100));
     }
-    const arrivals = await healthy.waitFor(
-      (r) => {
-        const got = new Map<number, number>();
-        for (const req of r.to("/ok")) {
-          const i = (req.json as { quiet?: number } | undefined)?.quiet;
-          if (typeof i === "number" && !got.has(i)) got.set(i, req.at);
-        }
-        return got.size === QUIET ? got : undefined;
-      },
-      { timeoutMs: 90_000, what: `all ${QUIET} of B's deliveries` },
-    );
-    const latencies = [...arrivals].map(([i, at]) => at - (sentAt.get(i) ?? 0));
+    const latenciesAt = async (path: string, sent: Map<number, number>) => {
+      const arrivals = await healthy.waitFor(
+        (r) => {
+          const got = new Map<number, number>();
+          for (const req of r.to(path)) {
+            const i = (req.json as { quiet?: number } | undefined)?.quiet;
+            if (typeof i === "number" && !got.has(i)) got.set(i, req.at);
+          }
+          return got.size === sent.size ? got : undefined;
+        },
+        { timeoutMs: 90_000, what: `all ${sent.size} deliveries to ${path}` },
+      );
+      return [...arrivals].map(([i, at]) => at - (sent.get(i) ?? 0));
+    };
+    const latencies = await latenciesAt("/ok", sentAt);
     const p99 = percentile(latencies, 99);
     console.info(`fairness: B's p99 emit → received ${p99} ms (median ${percentile(latencies, 50)} ms) while A saturates`);
     expect(p99, `B's latencies (ms): ${latencies.join(", ")}`).toBeLessThan(QUIET_P99_BOUND_MS);
+    const own = await latenciesAt("/a-ok", aSentAt);
+    console.info(`fairness: A's own healthy endpoint, p99 ${percentile(own, 99)} ms`);
+    expect(percentile(own, 99), `A's healthy endpoint latencies (ms): ${own.join(", ")}`).toBeLessThan(QUIET_P99_BOUND_MS);
 
     // A's deliveries are not lost: each is attempted (put off by the caps, never dropped).
     const attempted = await dead.waitFor(
