@@ -1,5 +1,4 @@
 import { JOB_STARTS, NOT_QUEUED } from "../domain/delivery-plan.js";
-import { putOffDelayMs } from "../domain/fair-slots.js";
 import type { Logger } from "../observability/logger.js";
 import type { DeliveryJob } from "../queue/catalog.js";
 import type { Attempter } from "./attempt.js";
@@ -18,7 +17,6 @@ export interface DirectDeliveryDeps {
    */
   gate: Pick<FairGate, "enter">;
   logger: Logger;
-  random?: () => number;
 }
 
 /**
@@ -36,29 +34,21 @@ export interface DirectDeliveryDeps {
  * Bounded: at most DELIVERY_DIRECT_CONCURRENCY attempts in flight, and each within its user's and
  * its destination's caps (docs/decisions.md "Delivery fairness"). A delivery that finds no room
  * waits only while the slots it needs are held by quick attempts (the clog rule, fair-slots.ts
- * slotWaitMs); else, when the direct slots are all taken, it is queued, and when its user or its
- * destination is at its cap, it is put off as a delayed job (the queue would only find the same
- * cap), so slow destinations holding slots stall neither fan-out nor anyone else's deliveries.
+ * slotWaitMs); else it is queued, where the worker puts it off while the cap holds. So slow
+ * destinations holding slots stall neither fan-out nor anyone else's deliveries.
  */
 export class DirectDelivery {
-  private readonly random: () => number;
-
-  constructor(private readonly d: DirectDeliveryDeps) {
-    this.random = d.random ?? Math.random;
-  }
+  constructor(private readonly d: DirectDeliveryDeps) {}
 
   /**
    * Starts `job`'s first attempt if a slot is (or soon becomes) free. Resolves undefined when there
    * is none (the caller queues the job), else to the attempt's settlement: true once the delivery
-   * is in hand (delivered, given up, skipped, put off, or its retries queued), false when it is not
+   * is in hand (delivered, given up, skipped, or its retries queued), false when it is not
    * (Redis failed us; the outbox entry must stay pending to be redone).
    */
   async start(job: DeliveryJob): Promise<{ settled: Promise<boolean> } | undefined> {
     const entry = await this.d.gate.enter(job, "direct");
-    if ("ticket" in entry) return { settled: this.run(job, entry.ticket) };
-    if (entry.blockedBy === "pool") return undefined;
-    // Over its user's or destination's cap: the first attempt, not made, waits in the queue.
-    return { settled: this.queue(job, putOffDelayMs(0, this.random)) };
+    return "ticket" in entry ? { settled: this.run(job, entry.ticket) } : undefined;
   }
 
   private async run(job: DeliveryJob, ticket: Ticket): Promise<boolean> {
@@ -81,16 +71,6 @@ export class DirectDelivery {
       }
     } finally {
       ticket.release();
-    }
-  }
-
-  private async queue(job: DeliveryJob, delayMs: number): Promise<boolean> {
-    try {
-      await this.d.jobs.add(job, { delayMs });
-      return true;
-    } catch (err) {
-      this.d.logger.warn({ err, deliveryId: job.deliveryId }, "could not queue a put-off direct delivery; its event will be redone");
-      return false;
     }
   }
 }

@@ -38,8 +38,9 @@ type Grant = (held: Held) => void;
  * fan-out's direct attempts and the queue worker's jobs count against the same per-user and
  * per-destination caps (domain/fair-slots.ts). A delivery finding no room waits in memory only
  * while the slots it waits for are held by quick attempts (`clogMs`); waiters are served
- * round-robin by user. Otherwise `enter` answers which limit blocked it, and the caller puts the
- * delivery off as a delayed job, which spends none of its retry budget.
+ * round-robin by user. Otherwise `enter` answers which limit blocked it: fan-out then queues the
+ * delivery, and the queue worker puts it off as a delayed job, which spends none of its retry
+ * budget (delivery/worker.ts).
  */
 export class FairGate {
   private readonly slots: FairSlots<Grant>;
@@ -65,7 +66,8 @@ export class FairGate {
       const granted = await this.waitFor(claim, waitMs);
       if (granted) return { ticket: this.ticketOf(granted) };
     }
-    if (blocker !== "pool") this.d.metrics.deliveries.inc({ listener_kind: job.listenerKind, outcome: "capped" });
+    // Counted where it is put off: by the queue worker (fan-out queues what finds no direct room).
+    if (pool === "queue") this.d.metrics.deliveries.inc({ listener_kind: job.listenerKind, outcome: "capped" });
     return { blockedBy: blocker };
   }
 

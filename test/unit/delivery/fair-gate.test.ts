@@ -64,13 +64,17 @@ describe("FairGate", () => {
   it("gives up a wait when no slot frees before the attempts holding it turn slow", async () => {
     const { g, capped } = gate({ perUser: 1 });
     ticketOf(await g.enter(job("a", "wh_1"), "direct"));
-    const waiting = g.enter(job("a", "wh_2"), "direct");
+    const waiting = g.enter(job("a", "wh_2"), "queue");
     await vi.advanceTimersByTimeAsync(100);
     expect(await waiting).toEqual({ blockedBy: "user" });
     expect(await capped()).toBe(1);
+    // On the direct path fan-out queues it: counted once, where the worker puts it off.
+    await vi.advanceTimersByTimeAsync(100);
+    expect(await g.enter(job("a", "wh_3"), "direct")).toEqual({ blockedBy: "user" });
+    expect(await capped()).toBe(1);
   });
 
-  it("reports a full direct pool as such (fan-out queues those, not counted as capped)", async () => {
+  it("reports a full direct pool as such (not counted as capped)", async () => {
     const { g, capped } = gate({ directSlots: 1 });
     ticketOf(await g.enter(job("a", "wh_1"), "direct"));
     await vi.advanceTimersByTimeAsync(150);
