@@ -32,9 +32,10 @@ export interface DirectDeliveryDeps {
  * and redone through the queue: at least once, as before.
  *
  * Bounded: at most DELIVERY_DIRECT_CONCURRENCY attempts in flight, and each within its user's and
- * its destination's caps (docs/decisions.md "Delivery fairness"). A delivery that finds no room
- * waits only while the slots it needs are held by quick attempts (the clog rule, fair-slots.ts
- * slotWaitMs); else it is queued, where the worker puts it off while the cap holds. So slow
+ * its destination's caps (docs/decisions.md "Delivery fairness"). When every direct slot is
+ * taken, fan-out waits for one only while the oldest attempt in flight is quick (the clog rule,
+ * fair-slots.ts slotWaitMs), else it queues the delivery; a delivery over its user's or its
+ * destination's cap is queued at once, and the worker puts it off while the cap holds. So slow
  * destinations holding slots stall neither fan-out nor anyone else's deliveries.
  */
 export class DirectDelivery {

@@ -37,8 +37,8 @@ type Grant = (held: Held) => void;
  * The per-process gate every delivery attempt passes (docs/decisions.md "Delivery fairness"):
  * fan-out's direct attempts and the queue worker's jobs count against the same per-user and
  * per-destination caps (domain/fair-slots.ts). A delivery finding no room waits in memory only
- * while the slots it waits for are held by quick attempts (`clogMs`); waiters are served
- * round-robin by user. Otherwise `enter` answers which limit blocked it: fan-out then queues the
+ * while the slots it waits for are held by quick attempts (`clogMs`), and on the direct path only
+ * for a direct slot; waiters are served round-robin by user. Otherwise `enter` answers which limit blocked it: fan-out then queues the
  * delivery, and the queue worker puts it off as a delayed job, which spends none of its retry
  * budget (delivery/worker.ts).
  */
@@ -61,7 +61,11 @@ export class FairGate {
     const held = this.slots.tryStart(claim, nowMs);
     if (held) return { ticket: this.ticketOf(held) };
     const blocker = this.slots.blocker(claim) ?? "user"; // room, but an earlier waiter of the user is ahead
-    const waitMs = slotWaitMs(this.slots.oldestStart(claim, blocker), nowMs, this.d.clogMs);
+    // Fan-out waits only for a direct slot (as before the caps): waiting for one user's or one
+    // destination's slot would hold up every other event of the batch behind it. It queues those
+    // deliveries instead, and the worker, whose jobs wait side by side, may wait for them.
+    const mayWait = pool === "queue" || blocker === "pool";
+    const waitMs = mayWait ? slotWaitMs(this.slots.oldestStart(claim, blocker), nowMs, this.d.clogMs) : 0;
     if (waitMs > 0) {
       const granted = await this.waitFor(claim, waitMs);
       if (granted) return { ticket: this.ticketOf(granted) };

@@ -61,6 +61,13 @@ describe("FairGate", () => {
     expect(g.inFlight("queue")).toBe(0);
   });
 
+  it("never makes fan-out wait for a user's or destination's slot (it queues the delivery), only for a direct slot", async () => {
+    const { g } = gate({ perUser: 1 });
+    ticketOf(await g.enter(job("a", "wh_1"), "queue"));
+    // The user's attempt is young (a quick destination): the worker would wait, fan-out does not.
+    expect(await g.enter(job("a", "wh_2"), "direct")).toEqual({ blockedBy: "user" });
+  });
+
   it("gives up a wait when no slot frees before the attempts holding it turn slow", async () => {
     const { g, capped } = gate({ perUser: 1 });
     ticketOf(await g.enter(job("a", "wh_1"), "direct"));
