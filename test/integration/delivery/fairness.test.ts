@@ -12,7 +12,8 @@ import { type Receiver, startReceiver } from "../../helpers/receiver.js";
  * (per-user 96 > per-destination 64); A's dead deliveries must still all be attempted.
  *
  * Without the caps, A's attempts held every direct slot and every queue worker, and B's deliveries
- * waited behind A's whole backlog: here (400 deliveries, 3 s timeouts, 64 + 64 slots) about 15 s.
+ * waited behind A's whole backlog: here (400 deliveries, half of them sent while B sends, 3 s
+ * timeouts, 64 + 64 slots) over 10 s.
  */
 
 const NOISY = 400;
@@ -63,14 +64,18 @@ describe("delivery fairness", () => {
     // A also has a healthy endpoint: A's dead host must not hold it up either.
     await subscribe(a.api, aHealthyEmitter, await webhook(a.api, healthy.url("/a-ok")));
 
-    // A floods: NOISY events, 20 emits at a time.
-    for (let i = 0; i < NOISY; i += 20)
-      await Promise.all(Array.from({ length: Math.min(20, NOISY - i) }, (_, k) => emit(a.api, aEmitter, { noisy: i + k })));
+    let noisy = 0;
+    const flood = async (n: number) => {
+      for (let sent = 0; sent < n; sent += 20)
+        await Promise.all(Array.from({ length: Math.min(20, n - sent) }, () => emit(a.api, aEmitter, { noisy: noisy++ })));
+    };
+    // A floods: half of its events at once, and keeps going while B sends (below).
+    await flood(NOISY / 2);
     // Let A's attempts take every slot they can.
     await dead.waitFor((r) => r.requests.length >= 64, { timeoutMs: 20_000, what: "A's first attempts to reach the dead receiver" });
 
-    // B delivers while A saturates: one event every 100 ms, its emit time noted; A's healthy
-    // endpoint gets one event every other time.
+    // B delivers while A saturates: one event every 100 ms or so, its emit time noted, and A's
+    // healthy endpoint one every other time; A adds the other half of its flood meanwhile.
     const sentAt = new Map<number, number>();
     const aSentAt = new Map<number, number>();
     for (let i = 0; i < QUIET; i++) {
@@ -80,8 +85,10 @@ describe("delivery fairness", () => {
         aSentAt.set(i, Date.now());
         await emit(a.api, aHealthyEmitter, { quiet: i });
       }
+      await flood(NOISY / 2 / QUIET);
       await new Promise((r) => setTimeout(r, 100));
     }
+    expect(noisy).toBe(NOISY);
     const latenciesAt = async (path: string, sent: Map<number, number>) => {
       const arrivals = await healthy.waitFor(
         (r) => {
