@@ -1,4 +1,4 @@
-import { type Blocker, type Claim, FairSlots, type Held, slotWaitMs } from "../domain/fair-slots.js";
+import { type Blocker, type Claim, destinationKey, FairSlots, type Held, slotWaitMs } from "../domain/fair-slots.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { DeliveryJob } from "../queue/catalog.js";
 
@@ -17,8 +17,13 @@ export interface FairGateDeps {
    * a delivery waiting for one of them is put off at once instead of waiting (fair-slots.ts slotWaitMs).
    */
   clogMs: number;
-  /** Where the job's attempt goes (domain/fair-slots.ts destinationKey), from the listener cache. */
+  /**
+   * Where the job's attempt goes (domain/fair-slots.ts destinationKey), from the listener cache.
+   * Remembered per listener for `destinationTtlMs`, so fan-out's loop never waits on it for a
+   * listener it has seen: past the TTL the remembered one is used while it is read again.
+   */
   destinationOf: (job: DeliveryJob) => Promise<string> | string;
+  destinationTtlMs?: number;
   metrics: Pick<Metrics, "deliveries">;
   now?: () => number;
 }
@@ -33,6 +38,9 @@ export type Entry = { readonly ticket: Ticket } | { readonly blockedBy: Blocker 
 
 type Grant = (held: Held) => void;
 
+/** Listeners whose destination is remembered, at most (then the memory starts over). */
+const MAX_REMEMBERED = 10_000;
+
 /**
  * The per-process gate every delivery attempt passes (docs/decisions.md "Delivery fairness"):
  * fan-out's direct attempts and the queue worker's jobs count against the same per-user and
@@ -46,6 +54,9 @@ export class FairGate {
   private readonly slots: FairSlots<Grant>;
   private readonly now: () => number;
   private readonly uncapped: boolean;
+  /** "<user> <listener>" → its destination and when it was read. */
+  private readonly destinations = new Map<string, { readonly key: string; readonly atMs: number }>();
+  private readonly refreshing = new Set<string>();
 
   constructor(private readonly d: FairGateDeps) {
     this.slots = new FairSlots({ pools: { direct: d.directSlots }, perUser: d.perUser, perDestination: d.perDestination });
@@ -55,7 +66,7 @@ export class FairGate {
 
   async enter(job: DeliveryJob, pool: AttemptPool): Promise<Entry> {
     // Without caps the destination is never compared: the listener lookup is skipped.
-    const destination = this.uncapped ? "" : await this.d.destinationOf(job);
+    const destination = this.uncapped ? "" : await this.destinationOf(job);
     const claim: Claim = { pool, user: job.userId, destination };
     const nowMs = this.now();
     const held = this.slots.tryStart(claim, nowMs);
@@ -73,6 +84,33 @@ export class FairGate {
     // Counted where it is put off: by the queue worker (fan-out queues what finds no direct room).
     if (pool === "queue") this.d.metrics.deliveries.inc({ listener_kind: job.listenerKind, outcome: "capped" });
     return { blockedBy: blocker };
+  }
+
+  /**
+   * The job's destination: remembered (read again in the background once older than the TTL), or
+   * read now the first time. A failed read counts the attempt on its listener alone: the attempt
+   * itself will meet the same failure and report it.
+   */
+  private destinationOf(job: DeliveryJob): string | Promise<string> {
+    const id = `${job.userId} ${job.listenerId}`;
+    const known = this.destinations.get(id);
+    if (!known) return this.readDestination(job, id);
+    if (this.now() - known.atMs > (this.d.destinationTtlMs ?? 10_000) && !this.refreshing.has(id)) {
+      this.refreshing.add(id);
+      void this.readDestination(job, id).finally(() => this.refreshing.delete(id));
+    }
+    return known.key;
+  }
+
+  private async readDestination(job: DeliveryJob, id: string): Promise<string> {
+    try {
+      const key = await this.d.destinationOf(job);
+      if (this.destinations.size >= MAX_REMEMBERED) this.destinations.clear();
+      this.destinations.set(id, { key, atMs: this.now() });
+      return key;
+    } catch {
+      return destinationKey(undefined, job.listenerId);
+    }
   }
 
   /** Attempts in flight in `pool` (tests, diagnostics). */

@@ -106,4 +106,45 @@ describe("FairGate", () => {
     }
     expect(order).toEqual(["wh_1", "wh_4", "wh_2", "wh_3"]);
   });
+
+  it("remembers each listener's destination, reads it again in the background past the TTL, and falls back to the listener when the read fails", async () => {
+    const reads: string[] = [];
+    let url = "http://first";
+    let failing = false;
+    const g = new FairGate({
+      directSlots: 10,
+      perUser: 0,
+      perDestination: 1,
+      clogMs: 100,
+      destinationTtlMs: 1000,
+      destinationOf: async (j) => {
+        reads.push(j.listenerId);
+        if (failing) throw new Error("redis down");
+        return url;
+      },
+      metrics: createMetrics(new Registry()),
+    });
+    const first = ticketOf(await g.enter(job("a", "wh_1"), "queue"));
+    first.release();
+    ticketOf(await g.enter(job("a", "wh_1"), "queue")).release();
+    expect(reads).toEqual(["wh_1"]); // remembered
+    // Past the TTL: the remembered destination is used now, and read again meanwhile.
+    url = "http://second";
+    await vi.advanceTimersByTimeAsync(1500);
+    const held = ticketOf(await g.enter(job("a", "wh_1"), "queue"));
+    expect(reads).toEqual(["wh_1", "wh_1"]);
+    await vi.advanceTimersByTimeAsync(150);
+    held.release();
+    // The new destination is what counts now: wh_1 holds "http://second", where wh_other also goes.
+    const now = ticketOf(await g.enter(job("a", "wh_1"), "queue"));
+    await vi.advanceTimersByTimeAsync(150);
+    expect(await g.enter(job("b", "wh_other"), "queue")).toEqual({ blockedBy: "destination" });
+    now.release();
+    // A failed read: the attempt counts on its listener alone.
+    failing = true;
+    ticketOf(await g.enter(job("c", "wh_new"), "queue"));
+    await vi.advanceTimersByTimeAsync(150);
+    expect(await g.enter(job("c", "wh_new"), "queue")).toEqual({ blockedBy: "destination" });
+    ticketOf(await g.enter(job("d", "wh_new2"), "queue"));
+  });
 });
