@@ -71,19 +71,21 @@ export class FairGate {
     const nowMs = this.now();
     const held = this.slots.tryStart(claim, nowMs);
     if (held) return { ticket: this.ticketOf(held) };
-    const blocker = this.slots.blocker(claim) ?? "user"; // room, but an earlier waiter of the user is ahead
+    // Undefined: there is room, but earlier waiters of the user come first (handOut below serves
+    // this one at once if they cannot use it).
+    const blocker = this.slots.blocker(claim);
     // Fan-out waits only for a direct slot (as before the caps): waiting for one user's or one
     // destination's slot would hold up every other event of the batch behind it. It queues those
     // deliveries instead, and the worker, whose jobs wait side by side, may wait for them.
-    const mayWait = pool === "queue" || blocker === "pool";
-    const waitMs = mayWait ? slotWaitMs(this.slots.oldestStart(claim, blocker), nowMs, this.d.clogMs) : 0;
+    const mayWait = pool === "queue" || (blocker !== "user" && blocker !== "destination");
+    const waitMs = mayWait ? slotWaitMs(blocker && this.slots.oldestStart(claim, blocker), nowMs, this.d.clogMs) : 0;
     if (waitMs > 0) {
       const granted = await this.waitFor(claim, waitMs);
       if (granted) return { ticket: this.ticketOf(granted) };
     }
     // Counted where it is put off: by the queue worker (fan-out queues what finds no direct room).
     if (pool === "queue") this.d.metrics.deliveries.inc({ listener_kind: job.listenerKind, outcome: "capped" });
-    return { blockedBy: blocker };
+    return { blockedBy: blocker ?? "user" };
   }
 
   /**

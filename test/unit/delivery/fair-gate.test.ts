@@ -68,6 +68,16 @@ describe("FairGate", () => {
     expect(await g.enter(job("a", "wh_2"), "direct")).toEqual({ blockedBy: "user" });
   });
 
+  it("lets fan-out start a user's delivery to a free destination while another of the user's waits for a busy one", async () => {
+    const { g } = gate({ perDestination: 1 });
+    const busy = ticketOf(await g.enter(job("a", "wh_dead1"), "queue"));
+    const waiting = g.enter(job("a", "wh_dead2"), "queue"); // same host: waits
+    await vi.advanceTimersByTimeAsync(10);
+    ticketOf(await g.enter(job("a", "wh_ok"), "direct")).release();
+    busy.release();
+    ticketOf(await waiting).release();
+  });
+
   it("gives up a wait when no slot frees before the attempts holding it turn slow", async () => {
     const { g, capped } = gate({ perUser: 1 });
     ticketOf(await g.enter(job("a", "wh_1"), "direct"));
