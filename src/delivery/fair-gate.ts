@@ -46,9 +46,9 @@ const MAX_REMEMBERED = 10_000;
  * fan-out's direct attempts and the queue worker's jobs count against the same per-user and
  * per-destination caps (domain/fair-slots.ts). A delivery finding no room waits in memory only
  * while the slots it waits for are held by quick attempts (`clogMs`), and on the direct path only
- * for a direct slot; waiters are served round-robin by user. Otherwise `enter` answers which limit blocked it: fan-out then queues the
- * delivery, and the queue worker puts it off as a delayed job, which spends none of its retry
- * budget (delivery/worker.ts).
+ * for a direct slot; waiters are served round-robin by user. Otherwise `enter` answers which
+ * limit blocked it: fan-out then queues the delivery, and the queue worker puts it off as a
+ * delayed job, which spends none of its retry budget (delivery/worker.ts).
  */
 export class FairGate {
   private readonly slots: FairSlots<Grant>;
