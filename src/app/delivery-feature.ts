@@ -2,9 +2,11 @@ import { randomUUID } from "node:crypto";
 import { Attempter } from "../delivery/attempt.js";
 import { ReplayDriver } from "../delivery/bulk-replay.js";
 import { DirectDelivery } from "../delivery/direct.js";
+import { FairGate } from "../delivery/fair-gate.js";
 import { DeliveryJobQueue } from "../delivery/jobs.js";
 import { createSender } from "../delivery/sender.js";
 import { DeliveryWorker } from "../delivery/worker.js";
+import { destinationKey } from "../domain/fair-slots.js";
 import { FanoutWorker } from "../events/fanout.js";
 import { MaintenanceWorker } from "../events/maintenance.js";
 import { ListenerCache } from "../store/listener-cache.js";
@@ -14,8 +16,8 @@ import type { Core } from "./core.js";
 import type { Shutdown } from "./shutdown.js";
 
 /**
- * A direct first attempt in flight this long marks its slot as held by a slow destination: while
- * the oldest one is, fan-out queues deliveries that find no free slot instead of waiting.
+ * An attempt in flight this long marks its slot as held by a slow destination: while the oldest
+ * one holding the slots a delivery needs is, that delivery is queued or put off instead of waiting.
  */
 const DIRECT_CLOG_MS = 100;
 
@@ -53,17 +55,31 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     metrics,
   });
   const deliveryJobs = new DeliveryJobQueue(queues.delivery, core.attempts);
+  // Per-user and per-destination caps on attempts in flight, shared by both paths of this
+  // process (docs/decisions.md "Delivery fairness"); the destination is read from the listener cache.
+  const gate = new FairGate({
+    directSlots: config.deliveryDirectConcurrency,
+    perUser: config.deliveryConcurrencyPerUser,
+    perDestination: config.deliveryConcurrencyPerDestination,
+    clogMs: DIRECT_CLOG_MS,
+    destinationOf: async (job) =>
+      destinationKey(
+        job.listenerKind === "webhook"
+          ? (await listenerCache.get(job.userId, job.listenerId))?.url
+          : (await listenerCache.workflow(job.userId, job.listenerId))?.trigger_url,
+        job.listenerId,
+      ),
+    metrics,
+  });
   const worker = new DeliveryWorker({
     connection: conns.workers,
     prefix: keys.bullPrefix,
     concurrency: config.deliveryConcurrency,
     attempter,
+    gate,
     logger,
   });
-  const direct =
-    config.deliveryDirectConcurrency > 0
-      ? new DirectDelivery({ attempter, jobs: deliveryJobs, concurrency: config.deliveryDirectConcurrency, clogMs: DIRECT_CLOG_MS, logger })
-      : undefined;
+  const direct = config.deliveryDirectConcurrency > 0 ? new DirectDelivery({ attempter, jobs: deliveryJobs, gate, logger }) : undefined;
   const fanout = new FanoutWorker({
     blocking: conns.fanoutReads,
     redis: conns.commands,

@@ -39,6 +39,8 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     deliveryTimeoutMs: e.DELIVERY_TIMEOUT_MS,
     deliveryConcurrency: e.DELIVERY_CONCURRENCY,
     deliveryDirectConcurrency: e.DELIVERY_DIRECT_CONCURRENCY,
+    deliveryConcurrencyPerUser: e.DELIVERY_CONCURRENCY_PER_USER,
+    deliveryConcurrencyPerDestination: e.DELIVERY_CONCURRENCY_PER_DESTINATION,
     deliveryLogLimit: e.DELIVERY_LOG_LIMIT,
     replayRatePerSecond: e.REPLAY_RATE_PER_SECOND,
     webhookSecretRotationOverlapSeconds: e.WEBHOOK_SECRET_ROTATION_OVERLAP_SECONDS,

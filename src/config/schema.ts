@@ -125,6 +125,10 @@ export const envSchema = z.object({
   DELIVERY_CONCURRENCY: int(1, 1000).default(64),
   /** First attempts fan-out makes directly, in flight at once per worker process; 0 queues every delivery. */
   DELIVERY_DIRECT_CONCURRENCY: int(0, 1000).default(64),
+  /** Delivery attempts in flight per user, per worker process (direct and queued together); 0 = no cap. */
+  DELIVERY_CONCURRENCY_PER_USER: int(0, 10_000).default(96),
+  /** Delivery attempts in flight per destination (URL origin), per worker process; 0 = no cap. */
+  DELIVERY_CONCURRENCY_PER_DESTINATION: int(0, 10_000).default(64),
   /** Deliveries kept per webhook in the attempt log. */
   DELIVERY_LOG_LIMIT: int(10, 100_000).default(1000),
   /** Deliveries bulk replays re-queue per second, all replays together (SPEC §12). */
@@ -244,6 +248,8 @@ export interface Config {
   readonly deliveryTimeoutMs: number;
   readonly deliveryConcurrency: number;
   readonly deliveryDirectConcurrency: number;
+  readonly deliveryConcurrencyPerUser: number;
+  readonly deliveryConcurrencyPerDestination: number;
   readonly deliveryLogLimit: number;
   readonly replayRatePerSecond: number;
   readonly webhookSecretRotationOverlapSeconds: number;

@@ -1,8 +1,10 @@
 import { type ConnectionOptions, DelayedError, type Job, Worker } from "bullmq";
+import { putOffDelayMs } from "../domain/fair-slots.js";
 import type { Logger } from "../observability/logger.js";
 import { QUEUES } from "../queue/catalog.js";
 import { WORKER_RECOVERY } from "../queue/worker-options.js";
 import type { Attempter } from "./attempt.js";
+import type { FairGate } from "./fair-gate.js";
 import { readDeliveryJob } from "./jobs.js";
 
 /** Thrown to ask BullMQ for another attempt after `delayMs` (read by the backoff strategy). */
@@ -26,7 +28,13 @@ export interface DeliveryWorkerDeps {
   prefix: string;
   concurrency: number;
   attempter: Pick<Attempter, "attempt" | "giveUp">;
+  /**
+   * The process's gate (delivery/fair-gate.ts), shared with fan-out's direct attempts: each job's
+   * attempt counts against its user's and its destination's caps. Without it, none apply.
+   */
+  gate?: Pick<FairGate, "enter">;
   logger: Logger;
+  random?: () => number;
 }
 
 /**
@@ -66,7 +74,25 @@ export class DeliveryWorker {
   }
 
   private async process(bullJob: Job, token: string | undefined): Promise<void> {
-    const outcome = await this.d.attempter.attempt(readDeliveryJob(bullJob.data, bullJob.id), bullJob);
+    const job = readDeliveryJob(bullJob.data, bullJob.id);
+    const entry = this.d.gate ? await this.d.gate.enter(job, "queue") : undefined;
+    if (entry && !("ticket" in entry)) {
+      // Over its user's or destination's cap (docs/decisions.md "Delivery fairness"): the job
+      // gives its worker slot back and comes back later, its attempt count untouched. Each
+      // put-off of the same job (started more often than finished) doubles the delay.
+      const putOffs = Math.max(0, (bullJob.attemptsStarted ?? 1) - bullJob.attemptsMade - 1);
+      await bullJob.moveToDelayed(Date.now() + putOffDelayMs(putOffs, this.d.random ?? Math.random), token);
+      throw new DelayedError();
+    }
+    try {
+      await this.attempt(bullJob, job, token);
+    } finally {
+      entry?.ticket.release();
+    }
+  }
+
+  private async attempt(bullJob: Job, job: ReturnType<typeof readDeliveryJob>, token: string | undefined): Promise<void> {
+    const outcome = await this.d.attempter.attempt(job, bullJob);
     if (outcome?.kind === "retry") throw new RetryLater(outcome.delayMs, outcome.reason);
     if (outcome?.kind === "rate_limited") {
       // Over the webhook's rate limit: the same attempt later. Moved to delayed, the job keeps its

@@ -54,7 +54,7 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
     }),
     deliveries: new Counter({
       name: "tributary_deliveries_total",
-      help: "Finished delivery attempts by listener kind and outcome (delivered, retry, failed, deactivated, skipped, undeliverable; rate_limited: an attempt put off by its webhook's rate limit, not made; filtered: an event a subscription filter kept from a listener, source listeners included)",
+      help: "Finished delivery attempts by listener kind and outcome (delivered, retry, failed, deactivated, skipped, undeliverable; rate_limited: an attempt put off by its webhook's rate limit, not made; capped: one put off because its user or destination had DELIVERY_CONCURRENCY_PER_USER or _PER_DESTINATION attempts in flight; filtered: an event a subscription filter kept from a listener, source listeners included)",
       labelNames: ["listener_kind", "outcome"] as const,
       registers,
     }),

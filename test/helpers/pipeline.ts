@@ -7,6 +7,7 @@ import { Attempter, uncachedListeners } from "../../src/delivery/attempt.js";
 import { AttemptLog } from "../../src/store/attempt-log.js";
 import { createSender } from "../../src/delivery/sender.js";
 import { DirectDelivery, type DirectDeliveryDeps } from "../../src/delivery/direct.js";
+import { FairGate } from "../../src/delivery/fair-gate.js";
 import { DeliveryJobQueue } from "../../src/delivery/jobs.js";
 import { DeliveryWorker } from "../../src/delivery/worker.js";
 import { deliveryIdFor } from "../../src/domain/ids.js";
@@ -130,15 +131,20 @@ export let rx: Receiver;
 /** How the receiver answers, per path (default 200); each test's paths are its own. */
 export const answers = new Map<string, AnswerFn>();
 
-/** Direct delivery through `through`. */
-export function direct(through: DirectDeliveryDeps["attempter"], opts: { concurrency?: number; clogMs?: number } = {}) {
-  return new DirectDelivery({
-    attempter: through,
-    jobs: new DeliveryJobQueue(w.deliveryQueue, 4),
-    concurrency: opts.concurrency ?? 8,
+/** Direct delivery through `through`, with no per-user or per-destination cap unless `opts` sets them. */
+export function direct(
+  through: DirectDeliveryDeps["attempter"],
+  opts: { concurrency?: number; clogMs?: number; perUser?: number; perDestination?: number } = {},
+) {
+  const gate = new FairGate({
+    directSlots: opts.concurrency ?? 8,
+    perUser: opts.perUser ?? 0,
+    perDestination: opts.perDestination ?? 0,
     clogMs: opts.clogMs ?? 100,
-    logger,
+    destinationOf: (job) => job.listenerId,
+    metrics: createMetrics(new Registry()),
   });
+  return new DirectDelivery({ attempter: through, jobs: new DeliveryJobQueue(w.deliveryQueue, 4), gate, logger });
 }
 
 /** A signed webhook of `userId` at `path` on the receiver. */
