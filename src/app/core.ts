@@ -103,6 +103,7 @@ export function createCore(o: CoreOptions) {
     metrics,
     redis,
     blocking: conns.schedulerReads,
+    openBlocking: (name) => conns.blocking(name),
     keys,
     connection: conns.workers,
     prefix: keys.bullPrefix,

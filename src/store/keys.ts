@@ -109,5 +109,11 @@ export function createKeys(prefix: string) {
     timerControl: () => `${g}:timers:control`,
     /** string: the scheduler role's leadership lock */
     schedulerLock: () => `${g}:timers:lock`,
+    /** stream: source runs accepted and not yet settled, read by run consumers through a group (store/run-stream.ts) */
+    runStream: () => `${g}:runs`,
+    /** hash: user id -> that user's entries in the run stream (capped: past it runs overflow to BullMQ) */
+    runStreamCounts: () => `${g}:runs:counts`,
+    /** zset: ids of runs put in the run stream (fan-out, timer ticks) -> expiry ms: a redo adds none twice */
+    runStreamOnce: () => `${g}:runs:once`,
   };
 }

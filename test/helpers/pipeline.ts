@@ -16,6 +16,9 @@ import { createGuardedAgent } from "../../src/net/guarded-agent.js";
 import { createLogger } from "../../src/observability/logger.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 import { QUEUES } from "../../src/queue/catalog.js";
+import { SourceRunIntake } from "../../src/runtime/run-intake.js";
+import { RunBacklog } from "../../src/store/run-backlog.js";
+import { RunStream } from "../../src/store/run-stream.js";
 import type { StoreContext } from "../../src/store/context.js";
 import { createKeys, type Keys } from "../../src/store/keys.js";
 import { SubscriptionStore } from "../../src/store/subscriptions.js";
@@ -60,7 +63,11 @@ export function fanout(consumer: string, claimIdleMs = 15_000, direct?: DirectDe
     keys: w.keys,
     subscriptions: w.subscriptions,
     deliveryJobs: new DeliveryJobQueue(w.deliveryQueue, 4),
-    sourceRunQueue: w.sourceRunQueue,
+    sourceRuns: new SourceRunIntake({
+      stream: new RunStream(w.redis, w.keys, 32),
+      backlog: new RunBacklog(w.redis, w.keys),
+      queue: w.sourceRunQueue,
+    }),
     logger,
     metrics: createMetrics(fanoutRegistry),
     consumer,
