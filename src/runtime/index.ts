@@ -128,7 +128,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
   });
   const backlog = new RunBacklog(d.redis, d.keys);
   const runStream = new RunStream(d.redis, d.keys, config.sourceRunStreamPerUser, d.now);
-  const runs = new SourceRunIntake({ stream: runStream, backlog, queue: d.sourceRunQueue });
+  const runs = new SourceRunIntake(runStream);
   const timerControl = new TimerControl(d.redis, d.keys);
   const lifecycle = new RuntimeLifecycle(runner, d.components, timerControl, d.logger, quotas, {
     hooksPerUser: config.sourceHookConcurrencyPerUser,

@@ -1,12 +1,12 @@
-/** Who waits for a run slot: a run read from the run stream, or a BullMQ job (overflow, timer ticks that overflowed). */
+/** Who waits for a run slot: a run read from the run stream, or a BullMQ source-run job (queued by an earlier version). */
 export type SlotClaimant = "stream" | "queue";
 
 /**
  * The source runs of a worker process at once (SOURCE_RUN_CONCURRENCY), shared by the run stream's
- * consumer and the BullMQ source-run worker. A freed slot goes to a waiting stream run, except that
- * a waiting BullMQ job gets at least one in every `streamPerQueue + 1`: the stream holds a bounded
- * number of each user's runs (that is where fairness between users lives), the overflow one user's
- * backlog, so stream runs come first without starving the overflow. FIFO within each kind.
+ * consumer and the BullMQ source-run worker (jobs queued before the run stream, during a rolling
+ * upgrade). A freed slot goes to a waiting stream run, except that a waiting BullMQ job gets at
+ * least one in every `streamPerQueue + 1`: stream runs come first without starving the jobs. FIFO
+ * within each kind.
  */
 export class RunSlots {
   private free: number;

@@ -25,9 +25,10 @@ export const tickRunId = (sourceId: string, scheduledAtMs: number): string => `t
 
 /**
  * The worker side of the runtime (docs/runtime.md "Queued runs"): source runs read from the run
- * stream (HTTP requests, deliveries to source listeners, timer ticks), the BullMQ source-run jobs
- * of the overflow, and the timer ticks the job schedulers produce (each put in the run stream).
- * Stream runs and overflow jobs share SOURCE_RUN_CONCURRENCY slots. A run's failure is recorded
+ * stream (HTTP requests, deliveries to source listeners, timer ticks), BullMQ source-run jobs
+ * (queued by versions before the run stream: drained during a rolling upgrade), and the timer
+ * ticks the job schedulers produce (each put in the run stream). Both kinds of runs share
+ * SOURCE_RUN_CONCURRENCY slots. A run's failure is recorded
  * on $errors by the runner, so a run only fails for infrastructure errors (Redis down): a stream
  * entry is then left pending and redone, a job is kept failed for inspection.
  */
@@ -42,9 +43,9 @@ export class RuntimeWorkers {
     prefix: string;
     concurrency: number;
     runner: SourceRunner;
-    /** Counts each user's queued (overflow) runs, whose priorities interleave users (store/run-backlog.ts). */
+    /** Counts each user's BullMQ-queued runs (store/run-backlog.ts; jobs of earlier versions). */
     backlog: RunBacklog;
-    /** Where timer ticks' runs go (the run stream, or the overflow). */
+    /** Where timer ticks' runs go (the run stream). */
     intake: SourceRunIntake;
     stream: RunStream;
     /** A dedicated connection for the run stream's blocking reads (closed with the workers). */

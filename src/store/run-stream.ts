@@ -21,8 +21,8 @@ export interface RunStreamInput {
 }
 
 /** What became of a run offered to the stream. */
-export type RunStreamStatus = "added" | "duplicate" | "overflow";
-const STATUS: Record<number, RunStreamStatus> = { 0: "duplicate", 1: "added", 2: "overflow" };
+export type RunStreamStatus = "added" | "duplicate" | "parked";
+const STATUS: Record<number, RunStreamStatus> = { 0: "duplicate", 1: "added", 2: "parked" };
 
 /** A run read from the stream. */
 export interface RunStreamEntry {
@@ -36,7 +36,8 @@ export interface RunStreamEntry {
  * yet settled, one entry each (`u` user id, `j` job JSON), read by run consumers through one
  * consumer group. An entry is deleted when its run settles; nothing trims it otherwise. Each user
  * has at most `perUser` entries in it (the counts hash), so another user's run waits behind a
- * bounded number of them; past that, runs go to BullMQ (the caller's overflow).
+ * bounded number of them; the user's further runs are parked in order (a hash) and move into the
+ * stream one by one as the user's entries settle, in the same atomic step as the acknowledgement.
  */
 export class RunStream {
   private readonly addScript: ScriptCall;
@@ -60,8 +61,11 @@ export class RunStream {
     const args: (string | number)[] = [this.perUser, this.now(), ONCE_TTL_MS, ONCE_KEEP];
     for (const r of runs) args.push(r.id ?? "", r.userId, r.json);
     const k = this.keys;
-    const res = (await this.addScript([k.runStream(), k.runStreamCounts(), k.runStreamOnce()], args)) as number[];
-    return res.map((n) => STATUS[n] ?? "overflow");
+    const res = (await this.addScript(
+      [k.runStream(), k.runStreamCounts(), k.runStreamOnce(), k.runParked(), k.runParkedEnds()],
+      args,
+    )) as number[];
+    return res.map((n) => STATUS[n] ?? "added");
   }
 
   /** Creates the consumer group (from the start of the stream, so nothing added earlier is missed). */
@@ -98,12 +102,13 @@ export class RunStream {
     return parse(res?.[0]?.[1] ?? []);
   }
 
-  /** Acknowledges and deletes settled runs and takes them off their users' counts. */
+  /** Acknowledges and deletes settled runs; each user's oldest parked run takes the place of one of theirs. */
   async ack(entries: readonly RunStreamEntry[]): Promise<void> {
     if (entries.length === 0) return;
     const args: string[] = [RUN_GROUP];
     for (const e of entries) args.push(e.entryId, e.userId);
-    await this.ackScript([this.keys.runStream(), this.keys.runStreamCounts()], args);
+    const k = this.keys;
+    await this.ackScript([k.runStream(), k.runStreamCounts(), k.runParked(), k.runParkedEnds()], args);
   }
 
   /** Resets the idle time of entries in hand (XCLAIM to the consumer itself, JUSTID: no delivery count). */
@@ -123,13 +128,17 @@ export class RunStream {
     return { entries: parse((res[1] ?? []).filter((e) => e && Array.isArray(e[1]))), next: res[0] };
   }
 
-  /** Entries in the stream (read or not) and those read and not yet acknowledged. */
-  async stats(): Promise<{ length: number; pending: number }> {
+  /** Entries in the stream (read or not), those read and not yet acknowledged, and runs parked. */
+  async stats(): Promise<{ length: number; pending: number; parked: number }> {
     const key = this.keys.runStream();
-    const replies = await this.redis.pipeline().xlen(key).xpending(key, RUN_GROUP).exec();
+    const replies = await this.redis.pipeline().xlen(key).xpending(key, RUN_GROUP).hlen(this.keys.runParked()).exec();
     const failed = (replies ?? []).find(([err]) => err);
     if (!replies || failed) throw failed?.[0] ?? new Error("run stream stats: no reply");
-    return { length: Number(replies[0]?.[1] ?? 0), pending: Number((replies[1]?.[1] as unknown[] | undefined)?.[0] ?? 0) };
+    return {
+      length: Number(replies[0]?.[1] ?? 0),
+      pending: Number((replies[1]?.[1] as unknown[] | undefined)?.[0] ?? 0),
+      parked: Number(replies[2]?.[1] ?? 0),
+    };
   }
 }
 
