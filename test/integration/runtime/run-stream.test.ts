@@ -132,7 +132,7 @@ describe("source runs from the run stream", () => {
     // Parked runs move in oldest first: with 2 runs at once, a run starts at most 2 places early.
     const order = (await events(u.api, s.id)).map((e) => e.event.n);
     expect([...order].sort((a: number, b: number) => a - b)).toEqual(Array.from({ length: N }, (_, i) => i));
-    order.forEach((n: number, at: number) => expect(Math.abs(n - at), `run ${n} ended ${at}th`).toBeLessThanOrEqual(3));
+    for (const [at, n] of order.entries()) expect(Math.abs(n - at), `run ${n} ended ${at}th`).toBeLessThanOrEqual(3);
     expect(await queuedJobs(), "source-run jobs in BullMQ").toBe(0);
   });
 });
