@@ -128,16 +128,27 @@ export class RunStream {
     return { entries: parse((res[1] ?? []).filter((e) => e && Array.isArray(e[1]))), next: res[0] };
   }
 
-  /** Entries in the stream (read or not), those read and not yet acknowledged, and runs parked. */
-  async stats(): Promise<{ length: number; pending: number; parked: number }> {
+  /**
+   * What the queue monitor samples: runs waiting (in the stream and not read, or parked), runs read
+   * and not yet acknowledged, and the time of the oldest entry, in one round trip.
+   */
+  async stats(): Promise<{ length: number; pending: number; oldestMs: number | undefined }> {
     const key = this.keys.runStream();
-    const replies = await this.redis.pipeline().xlen(key).xpending(key, RUN_GROUP).hlen(this.keys.runParked()).exec();
+    const replies = await this.redis
+      .pipeline()
+      .xlen(key)
+      .xpending(key, RUN_GROUP)
+      .hlen(this.keys.runParked())
+      .xrange(key, "-", "+", "COUNT", 1)
+      .exec();
     const failed = (replies ?? []).find(([err]) => err);
     if (!replies || failed) throw failed?.[0] ?? new Error("run stream stats: no reply");
+    const [first] = (replies[3]?.[1] as StreamEntries | undefined) ?? [];
     return {
-      length: Number(replies[0]?.[1] ?? 0),
+      // Parked runs wait too: counted with the entries not yet read.
+      length: Number(replies[0]?.[1] ?? 0) + Number(replies[2]?.[1] ?? 0),
       pending: Number((replies[1]?.[1] as unknown[] | undefined)?.[0] ?? 0),
-      parked: Number(replies[2]?.[1] ?? 0),
+      oldestMs: first ? Number(first[0].slice(0, first[0].indexOf("-"))) : undefined,
     };
   }
 }
