@@ -71,6 +71,9 @@ export class RunConsumer {
         if (now - this.lastClaim > Math.min(d.claimIdleMs / 2, 5000)) {
           this.lastClaim = now;
           await this.reclaim();
+          // An empty stream with runs still parked or counted: drift, healed (store/scripts/run-stream-heal.ts).
+          const healed = await d.stream.heal();
+          if (healed > 0) d.logger.warn({ healed }, "source runs: moved parked runs into an empty run stream (counts had drifted)");
         }
         if (this.inHand.size > 0 && now - this.lastLease > d.claimIdleMs / 3) {
           this.lastLease = now;

@@ -5,6 +5,7 @@ import { defineScript, type ScriptCall } from "./script.js";
 import { PRUNE_CONSUMERS } from "./scripts/prune-consumers.js";
 import { RUN_STREAM_ACK } from "./scripts/run-stream-ack.js";
 import { RUN_STREAM_ADD } from "./scripts/run-stream-add.js";
+import { RUN_STREAM_HEAL } from "./scripts/run-stream-heal.js";
 
 /** The consumer group run consumers read the run stream through. */
 export const RUN_GROUP = "runs";
@@ -43,6 +44,7 @@ export class RunStream {
   private readonly addScript: ScriptCall;
   private readonly ackScript: ScriptCall;
   private readonly prune: ScriptCall;
+  private readonly healScript: ScriptCall;
 
   constructor(
     private readonly redis: Redis,
@@ -53,6 +55,7 @@ export class RunStream {
     this.addScript = defineScript(redis, RUN_STREAM_ADD);
     this.ackScript = defineScript(redis, RUN_STREAM_ACK);
     this.prune = defineScript(redis, PRUNE_CONSUMERS);
+    this.healScript = defineScript(redis, RUN_STREAM_HEAL);
   }
 
   /** Offers runs to the stream in one atomic step; returns what became of each, in order. */
@@ -109,6 +112,15 @@ export class RunStream {
     for (const e of entries) args.push(e.entryId, e.userId);
     const k = this.keys;
     await this.ackScript([k.runStream(), k.runStreamCounts(), k.runParked(), k.runParkedEnds()], args);
+  }
+
+  /**
+   * Once the stream is empty, clears counts left by drift and moves parked runs in (up to each
+   * user's share); returns how many moved, -1 while the stream holds entries.
+   */
+  async heal(): Promise<number> {
+    const k = this.keys;
+    return Number(await this.healScript([k.runStream(), k.runStreamCounts(), k.runParked(), k.runParkedEnds()], [this.perUser]));
   }
 
   /** Resets the idle time of entries in hand (XCLAIM to the consumer itself, JUSTID: no delivery count). */

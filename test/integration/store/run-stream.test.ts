@@ -62,6 +62,20 @@ describe("run stream", () => {
     expect(await space.redis.hlen(space.keys.runParked())).toBe(0);
   });
 
+  it("heals counts that drifted: once the stream is empty, parked runs move in", async () => {
+    const s = new RunStream(space.redis, space.keys, 1);
+    await s.ensureGroup();
+    await s.add([0, 1, 2].map((n) => ({ userId: "u_a", json: job("u_a", n) })));
+    expect(await s.heal()).toBe(-1); // entries in the stream: nothing to heal
+    // The user's only entry deleted from outside: the count says 1, nothing would ever move in.
+    const [only] = await space.redis.xrange(space.keys.runStream(), "-", "+");
+    await space.redis.xdel(space.keys.runStream(), only?.[0] ?? "");
+    expect(await s.heal()).toBe(1);
+    expect(sourcesOf(await s.read(space.redis, "c1", 10, 10))).toEqual(["dc_1"]);
+    expect(await space.redis.hget(space.keys.runStreamCounts(), "u_a")).toBe("1");
+    expect(await space.redis.hlen(space.keys.runParked())).toBe(1);
+  });
+
   it('is sampled by the queue monitor as the queue "runs": parked and unread runs wait, read ones are active', async () => {
     const s = new RunStream(space.redis, space.keys, 2);
     await s.ensureGroup();
