@@ -113,7 +113,6 @@ export function createCore(o: CoreOptions) {
     components,
     ingest,
     ingressRate,
-    sourceRunQueue: queues.sourceRun,
     timersQueue: queues.timers,
     now: Date.now,
     randomBytes: ctx.randomBytes,

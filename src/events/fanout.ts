@@ -25,7 +25,7 @@ export interface FanoutDeps {
   subscriptions: SubscriptionStore;
   /** Where deliveries that do not go direct are queued (with the budget their origin leaves them). */
   deliveryJobs: Pick<DeliveryJobQueue, "addAll">;
-  /** Where deliveries to source listeners are made durable (runtime/run-intake.ts: the run stream, or BullMQ). */
+  /** Where deliveries to source listeners are made durable (runtime/run-intake.ts: the run stream). */
   sourceRuns: SourceRunSink;
   logger: Logger;
   metrics: Metrics;

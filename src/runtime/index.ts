@@ -44,7 +44,6 @@ export interface RuntimeDeps {
   ingest: Ingest;
   /** The per-user ingress rate that HTTP source requests count against. */
   ingressRate?: { admit(userId: string, events: number): Promise<void> };
-  sourceRunQueue: Queue;
   timersQueue: Queue;
   now: () => number;
   randomBytes: RandomBytes;
