@@ -206,6 +206,8 @@ export async function buildContext(o: ContextOptions): Promise<BenchContext> {
         key: ctx.key,
         redis,
         bullPrefix: keys.bullPrefix,
+        runStream: keys.runStream(),
+        runParked: keys.runParked(),
         metricsSeeWorker: !o.split && dm.hasWorker,
         connections: S.connections,
         durationS: S.runtime.durationS,

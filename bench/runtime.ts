@@ -127,6 +127,10 @@ export interface RuntimeContext {
   readonly key: string;
   readonly redis: Redis;
   readonly bullPrefix: string;
+  /** The run stream's key: queued runs not yet settled. */
+  readonly runStream: string;
+  /** The hash of runs parked until their user has room in the run stream. */
+  readonly runParked: string;
   /** Whether /metrics at `url` is the worker's too (one daemon process), so it counts runs. */
   readonly metricsSeeWorker: boolean;
   readonly connections: number;
@@ -185,12 +189,14 @@ export interface SourceHttpResult {
 export async function sourceHttpPhase(c: RuntimeContext, drainDeadlineMs: number, concurrency: number): Promise<SourceHttpResult> {
   const queue = new Queue(QUEUES.sourceRun, { connection: c.redis, prefix: c.bullPrefix });
   const source = await createSource(c, "bench-http", QUEUED_COMPONENT);
+  const queuedRuns = async () => (await c.redis.xlen(c.runStream)) + (await c.redis.hlen(c.runParked));
   try {
     const url = endpointOf(source);
     const body = JSON.stringify(smallEvent(1));
+    // Runs queued: run stream entries not yet settled, parked runs, and jobs (of earlier versions).
     const pending = async () => {
       const n = await queue.getJobCounts("wait", "active", "delayed", "prioritized", "waiting-children");
-      return Object.values(n).reduce((a, b) => a + (b ?? 0), 0);
+      return Object.values(n).reduce((a, b) => a + (b ?? 0), 0) + (await queuedRuns());
     };
     const failedNow = async () => (await queue.getJobCounts("failed")).failed ?? 0;
     // Warm-up: compiles the component and warms the isolates, then let it drain.
@@ -255,7 +261,8 @@ export async function sourceHttpPhase(c: RuntimeContext, drainDeadlineMs: number
     await deleteSource(c, source.id).catch(() => {});
     for (const start = performance.now(); performance.now() - start < 30_000; await sleep(100)) {
       const n = await queue.getJobCounts("wait", "active", "delayed", "prioritized").catch(() => ({}) as Record<string, number>);
-      if (Object.values(n).reduce((a, b) => a + (b ?? 0), 0) === 0) break;
+      const inStream = await queuedRuns().catch(() => 0);
+      if (Object.values(n).reduce((a, b) => a + (b ?? 0), 0) + inStream === 0) break;
     }
     await queue.close();
   }

@@ -11,6 +11,7 @@ import type { Config } from "./config/schema.js";
 import type { Logger } from "./observability/logger.js";
 import { QueueMonitor } from "./observability/queue-monitor.js";
 import { OutboxStream } from "./store/outbox-stream.js";
+import { RunStream } from "./store/run-stream.js";
 import type { UserStore } from "./store/users.js";
 
 export interface Daemon {
@@ -56,7 +57,13 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     await delivery?.start();
     await core.runtime.start(roles);
     const queues = Object.values(core.queues);
-    const monitor = new QueueMonitor(queues, core.metrics, undefined, new OutboxStream(conns.commands, conns.fanoutReads, core.keys));
+    const monitor = new QueueMonitor(
+      queues,
+      core.metrics,
+      undefined,
+      new OutboxStream(conns.commands, conns.fanoutReads, core.keys),
+      new RunStream(conns.commands, core.keys, config.sourceRunStreamPerUser),
+    );
     monitor.start();
     shutdown.on("workers", "queue monitor", () => monitor.close());
 

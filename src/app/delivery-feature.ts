@@ -86,7 +86,7 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     keys,
     subscriptions: stores.subscriptions,
     deliveryJobs,
-    sourceRunQueue: queues.sourceRun,
+    sourceRuns: core.runtime.runs,
     logger,
     metrics,
     consumer: `${process.pid}-${randomUUID().slice(0, 8)}`,

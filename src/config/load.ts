@@ -52,6 +52,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     sandboxTimeoutMs: e.SANDBOX_TIMEOUT_MS,
     sandboxAllowedPackages: Object.freeze(e.SANDBOX_ALLOWED_PACKAGES),
     sourceRunConcurrency: e.SOURCE_RUN_CONCURRENCY,
+    sourceRunStreamPerUser: e.SOURCE_RUN_STREAM_PER_USER,
     sourceInlineConcurrency: e.SOURCE_INLINE_CONCURRENCY,
     sourceHookConcurrencyPerUser: e.SOURCE_HOOK_CONCURRENCY_PER_USER,
     sourceInlineIsolates: e.SOURCE_INLINE_ISOLATES,

@@ -162,6 +162,8 @@ export const envSchema = z.object({
     ),
   /** Concurrent source runs per worker process. */
   SOURCE_RUN_CONCURRENCY: int(1, 256).default(4),
+  /** A user's runs at most in the run stream at once; past it they are parked in order until one settles (docs/runtime.md). */
+  SOURCE_RUN_STREAM_PER_USER: int(1, 1_000_000).default(32),
   /** customResponse runs of one source answered at once per API process (past it: 429). */
   SOURCE_INLINE_CONCURRENCY: int(1, 256).default(2),
   /** Lifecycle hooks (deploy, activate, deactivate) of one user running at once per process; more wait. */
@@ -261,6 +263,7 @@ export interface Config {
   readonly sandboxTimeoutMs: number;
   readonly sandboxAllowedPackages: readonly string[];
   readonly sourceRunConcurrency: number;
+  readonly sourceRunStreamPerUser: number;
   readonly sourceInlineConcurrency: number;
   readonly sourceHookConcurrencyPerUser: number;
   readonly sourceInlineIsolates: number;

@@ -1,15 +1,12 @@
-import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { DirectDelivery } from "../delivery/direct.js";
 import type { DeliveryJobQueue } from "../delivery/jobs.js";
-import type { DeliveryJob } from "../queue/catalog.js";
+import type { DeliveryJob, SourceRunJob } from "../queue/catalog.js";
 import { mayAttemptDirectly } from "../domain/delivery-plan.js";
 import { FilterPredicates } from "../domain/subscription-filter.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
-import { SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
 import type { Keys } from "../store/keys.js";
-import { RunBacklog } from "../store/run-backlog.js";
 import { FANOUT_GROUP, OutboxStream, type StreamEntries } from "../store/outbox-stream.js";
 import type { SubscriptionStore } from "../store/subscriptions.js";
 import { type FanoutOrigin, type FanoutPlan, matchedListeners, planFanout, planLookups } from "./fanout-plan.js";
@@ -29,7 +26,8 @@ export interface FanoutDeps {
   subscriptions: SubscriptionStore;
   /** Where deliveries that do not go direct are queued (with the budget their origin leaves them). */
   deliveryJobs: Pick<DeliveryJobQueue, "addAll">;
-  sourceRunQueue: Queue;
+  /** Where deliveries to source listeners are made durable (runtime/run-intake.ts: the run stream). */
+  sourceRuns: SourceRunSink;
   logger: Logger;
   metrics: Metrics;
   consumer: string;
@@ -42,6 +40,11 @@ export interface FanoutDeps {
    * queue, which reads each delivery's attempt record first.
    */
   direct?: DirectDelivery;
+}
+
+/** Takes source runs; a run whose id it took before (a redone entry) is not added twice. */
+export interface SourceRunSink {
+  addAll(runs: readonly { readonly id: string; readonly data: SourceRunJob }[]): Promise<unknown>;
 }
 
 type XEntries = StreamEntries;
@@ -70,14 +73,11 @@ export class FanoutWorker {
 
   private readonly outbox: OutboxStream;
 
-  private readonly backlog: RunBacklog;
-
   /** Subscription filters compiled once per process, by their JSON text (SPEC §12). */
   private readonly filters = new FilterPredicates();
 
   constructor(private readonly d: FanoutDeps) {
     this.outbox = new OutboxStream(d.redis, d.blocking, d.keys);
-    this.backlog = new RunBacklog(d.redis, d.keys);
   }
 
   /** Removes consumers idle for `minIdleMs` with nothing pending (store/scripts/prune-consumers.ts); returns how many. */
@@ -260,17 +260,7 @@ export class FanoutWorker {
       for (const [kind, n] of Object.entries(directByKind)) if (n > 0) this.d.metrics.fanoutDirect.inc({ listener_kind: kind }, n);
     }
     await this.d.deliveryJobs.addAll(queued);
-    if (plan.sourceRuns.length > 0) {
-      // Each run's priority is its place in its user's backlog: users are served round-robin.
-      const priorities = await this.backlog.reserveAll(plan.sourceRuns.map((r) => r.data.userId));
-      await this.d.sourceRunQueue.addBulk(
-        plan.sourceRuns.map((r, i) => ({
-          name: "event",
-          data: r.data,
-          opts: { jobId: r.id, priority: priorities[i] ?? 1, ...SOURCE_RUN_JOB_OPTS },
-        })),
-      );
-    }
+    if (plan.sourceRuns.length > 0) await this.d.sourceRuns.addAll(plan.sourceRuns);
     for (const [entryId, attempts] of attemptsOf) this.hold(entryId, attempts);
     return attemptsOf;
   }

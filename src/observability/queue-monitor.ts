@@ -21,6 +21,8 @@ export class QueueMonitor {
     private readonly metrics: Metrics,
     private readonly intervalMs = 5000,
     private readonly outbox?: OutboxProbe,
+    /** The run stream of queued source runs (store/run-stream.ts), sampled as the queue "runs" like the outbox. */
+    private readonly runs?: OutboxProbe,
   ) {}
 
   start(): void {
@@ -31,7 +33,8 @@ export class QueueMonitor {
 
   async sample(): Promise<void> {
     await Promise.all([
-      this.sampleOutbox(),
+      this.sampleStream("outbox", this.outbox),
+      this.sampleStream("runs", this.runs),
       ...this.queues.map(async (q) => {
         try {
           const counts = await q.getJobCounts("waiting", "delayed", "active", "failed");
@@ -45,13 +48,13 @@ export class QueueMonitor {
     ]);
   }
 
-  private async sampleOutbox(): Promise<void> {
-    if (!this.outbox) return;
+  private async sampleStream(queue: string, probe: OutboxProbe | undefined): Promise<void> {
+    if (!probe) return;
     try {
-      const { length, pending, oldestMs } = await this.outbox.stats();
-      this.metrics.queueDepth.set({ queue: "outbox", state: "waiting" }, Math.max(0, length - pending));
-      this.metrics.queueDepth.set({ queue: "outbox", state: "active" }, pending);
-      this.metrics.queueOldestAge.set({ queue: "outbox" }, oldestMs !== undefined ? Math.max(0, Date.now() - oldestMs) / 1000 : 0);
+      const { length, pending, oldestMs } = await probe.stats();
+      this.metrics.queueDepth.set({ queue, state: "waiting" }, Math.max(0, length - pending));
+      this.metrics.queueDepth.set({ queue, state: "active" }, pending);
+      this.metrics.queueOldestAge.set({ queue }, oldestMs !== undefined ? Math.max(0, Date.now() - oldestMs) / 1000 : 0);
     } catch {
       // As above: keep the last values.
     }

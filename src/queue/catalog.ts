@@ -84,6 +84,8 @@ export const sourceRunJob = z.discriminatedUnion("kind", [
     kind: z.literal("timer"),
     userId: z.string(),
     sourceId: z.string(),
+    /** The timer's interval (null for a cron timer); absent in jobs of versions before the run stream. */
+    intervalSeconds: z.number().nullable().optional(),
   }),
   z.object({
     kind: z.literal("event"),

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import type { ConnectionOptions, Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { Agent } from "undici";
@@ -16,6 +17,8 @@ import { RuntimeLifecycle } from "./lifecycle.js";
 import { Quotas } from "./quotas.js";
 import { RateLimiter } from "../store/rate-limit.js";
 import { RunBacklog } from "../store/run-backlog.js";
+import { RunStream } from "../store/run-stream.js";
+import { SourceRunIntake } from "./run-intake.js";
 import { SourceRunner } from "./runner.js";
 import { ProcessSandbox, type SandboxCrash } from "./sandbox/process-sandbox.js";
 import type { HostFetch } from "./sandbox/types.js";
@@ -29,6 +32,8 @@ export interface RuntimeDeps {
   redis: Redis;
   /** A dedicated connection for the scheduler's blocking reads. */
   blocking: Redis;
+  /** Opens a dedicated connection for blocking reads (the run stream's consumer; worker role only). */
+  openBlocking: (name: string) => Redis;
   keys: Keys;
   connection: ConnectionOptions;
   prefix: string;
@@ -39,7 +44,6 @@ export interface RuntimeDeps {
   ingest: Ingest;
   /** The per-user ingress rate that HTTP source requests count against. */
   ingressRate?: { admit(userId: string, events: number): Promise<void> };
-  sourceRunQueue: Queue;
   timersQueue: Queue;
   now: () => number;
   randomBytes: RandomBytes;
@@ -53,12 +57,20 @@ export interface Runtime {
   readonly lifecycle: RuntimeLifecycle;
   /** Requests to HTTP source endpoints (served under /e/<token> by api/routes/source-endpoints.ts). */
   readonly requests: SourceRequests;
+  /** Where accepted source runs are made durable: fan-out hands deliveries to source listeners here. */
+  readonly runs: SourceRunIntake;
   /** Starts the workers (worker role) and the timer scheduler (scheduler role). */
   start(roles: ReadonlySet<Role>): Promise<void>;
   /** True while the workers and scheduler this process started are running. */
   running(): boolean;
   close(): Promise<void>;
 }
+
+/**
+ * A run stream entry idle this long past the run time limit is taken over from its consumer (which
+ * renews its entries' leases while it lives): a SIGKILLed worker's runs are redone this soon.
+ */
+const RUN_CLAIM_MARGIN_MS = 5_000;
 
 /** Largest response the sandbox's fetch accepts. */
 const SANDBOX_FETCH_MAX_BYTES = 5 * 1024 * 1024;
@@ -113,6 +125,9 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     now: d.now,
     randomBytes: d.randomBytes,
   });
+  const backlog = new RunBacklog(d.redis, d.keys);
+  const runStream = new RunStream(d.redis, d.keys, config.sourceRunStreamPerUser, d.now);
+  const runs = new SourceRunIntake(runStream);
   const timerControl = new TimerControl(d.redis, d.keys);
   const lifecycle = new RuntimeLifecycle(runner, d.components, timerControl, d.logger, quotas, {
     hooksPerUser: config.sourceHookConcurrencyPerUser,
@@ -125,9 +140,8 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     quotas,
     limiter: new RateLimiter(d.redis, config.sourceHttpRatePerSecond, config.sourceHttpRatePerSecond * 2),
     ingress: d.ingressRate,
-    redis: d.redis,
     keys: d.keys,
-    queue: d.sourceRunQueue,
+    runs,
     logger: d.logger,
     now: d.now,
     inlinePerSource: config.sourceInlineConcurrency,
@@ -137,6 +151,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
   return {
     lifecycle,
     requests,
+    runs,
     async start(roles) {
       // Hooks and queued runs use `sandbox` (every role); `inlineSandbox` (customResponse runs)
       // starts with its first run, sparing its memory (~70 MB) where no source answers inline.
@@ -147,12 +162,17 @@ export function createRuntime(d: RuntimeDeps): Runtime {
           prefix: d.prefix,
           concurrency: config.sourceRunConcurrency,
           runner,
-          backlog: new RunBacklog(d.redis, d.keys),
+          backlog,
+          intake: runs,
+          stream: runStream,
+          blocking: d.openBlocking("run-reads"),
+          consumer: `${process.pid}-${randomUUID().slice(0, 8)}`,
+          claimIdleMs: config.sandboxTimeoutMs + RUN_CLAIM_MARGIN_MS,
           logger: d.logger,
           metrics: d.metrics,
           now: d.now,
         });
-        workers.start();
+        await workers.start();
       }
       if (roles.has("scheduler")) {
         scheduler = new TimerScheduler({

@@ -1,5 +1,3 @@
-import type { Queue } from "bullmq";
-import type { Redis } from "ioredis";
 import {
   type AppError,
   NotFoundError,
@@ -11,14 +9,13 @@ import {
 import { type InboundRequest, verifyInbound } from "../domain/inbound-auth.js";
 import type { Logger } from "../observability/logger.js";
 import type { SourceRunJob } from "../queue/catalog.js";
-import { SOURCE_RUN_JOB_OPTS } from "../queue/job-options.js";
 import type { Keys } from "../store/keys.js";
-import { RunBacklog } from "../store/run-backlog.js";
 import type { SourceRecord, SourceStore } from "../store/sources.js";
 import type { HttpEvent } from "./http-request.js";
 import type { ComponentCatalog } from "./ports.js";
 import type { Quotas } from "./quotas.js";
 import type { RateLimiter } from "../store/rate-limit.js";
+import type { SourceRunIntake } from "./run-intake.js";
 import type { SourceRunner } from "./runner.js";
 import type { HttpResponse } from "./sandbox/types.js";
 
@@ -30,9 +27,9 @@ export interface SourceRequestDeps {
   limiter: RateLimiter;
   /** The per-user ingress rate (services/ingress-rate.ts): each request counts one event. */
   ingress?: { admit(userId: string, events: number): Promise<void> };
-  redis: Redis;
   keys: Keys;
-  queue: Queue;
+  /** Where queued runs are made durable (the run stream, or the BullMQ overflow). */
+  runs: SourceRunIntake;
   logger: Logger;
   now: () => number;
   /** customResponse runs of one source at once in this process (SOURCE_INLINE_CONCURRENCY; default 2). */
@@ -65,17 +62,16 @@ class InFlight {
 
 /**
  * Requests to HTTP source endpoints, as the runtime sees them (SPEC §5): locate (token), authorize
- * (inbound verification, SPEC §12), admit (rates, quota), then make the event durable as a source-run job, or run it now and hand its first
+ * (inbound verification, SPEC §12), admit (rates, quota), then make the event durable as a queued
+ * run (run-intake.ts), or run it now and hand its first
  * `this.http.respond()` to the caller. The HTTP side lives in api/routes/source-endpoints.ts.
  */
 export class SourceRequests {
   private readonly inFlight = new InFlight();
   private readonly perSource: number;
   private readonly perUser: number;
-  private readonly backlog: RunBacklog;
 
   constructor(private readonly d: SourceRequestDeps) {
-    this.backlog = new RunBacklog(d.redis, d.keys);
     this.perSource = d.inlinePerSource ?? DEFAULT_INLINE_RUNS_PER_SOURCE;
     this.perUser = Math.max(INLINE_RUNS_PER_USER, this.perSource);
   }
@@ -111,8 +107,8 @@ export class SourceRequests {
   }
 
   /**
-   * Takes an admitted request's event. Without a custom response it is made durable as a
-   * source-run job ("queued": the caller answers 200 at once); with one, the source runs now and
+   * Takes an admitted request's event. Without a custom response it is made durable as a queued
+   * run (run-intake.ts: the run stream; "queued": the caller answers 200 at once); with one, the source runs now and
    * its first `this.http.respond()` goes to `send` ("answered"), or the call throws the error to
    * answer with.
    */
@@ -135,8 +131,7 @@ export class SourceRequests {
       request: { method: event.method, path: event.path, query: event.query, headers: event.headers, bodyRaw: event.bodyRaw },
       acceptedAtMs: this.d.now(),
     };
-    const [priority] = await this.backlog.reserve(source.user_id, 1);
-    await this.d.queue.add("http", job, { priority, ...SOURCE_RUN_JOB_OPTS });
+    await this.d.runs.add({ data: job });
   }
 
   /** Runs the source now and sends its first respond(); a run that never responds is a clear error. */

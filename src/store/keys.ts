@@ -123,5 +123,15 @@ export function createKeys(prefix: string) {
     replaysQueueing: () => `${g}:replays`,
     /** string: the lock of the one process that drives bulk replays */
     replayLease: () => `${g}:replays:lease`,
+    /** stream: source runs accepted and not yet settled, read by run consumers through a group (store/run-stream.ts) */
+    runStream: () => `${g}:runs`,
+    /** hash: user id -> that user's entries in the run stream (at most SOURCE_RUN_STREAM_PER_USER; past it runs are parked) */
+    runStreamCounts: () => `${g}:runs:counts`,
+    /** hash: "<user id> <seq>" -> job JSON of a run parked until its user has room in the run stream */
+    runParked: () => `${g}:runs:parked`,
+    /** hash: "h <user id>" / "t <user id>" -> seq of the user's first parked run - 1 / of its last */
+    runParkedEnds: () => `${g}:runs:parked:ends`,
+    /** zset: ids of runs put in the run stream (fan-out, timer ticks) -> expiry ms: a redo adds none twice */
+    runStreamOnce: () => `${g}:runs:once`,
   };
 }

@@ -17,6 +17,8 @@ import { createGuardedAgent } from "../../src/net/guarded-agent.js";
 import { createLogger } from "../../src/observability/logger.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 import { QUEUES } from "../../src/queue/catalog.js";
+import { SourceRunIntake } from "../../src/runtime/run-intake.js";
+import { RunStream } from "../../src/store/run-stream.js";
 import type { StoreContext } from "../../src/store/context.js";
 import { createKeys, type Keys } from "../../src/store/keys.js";
 import { SubscriptionStore } from "../../src/store/subscriptions.js";
@@ -61,7 +63,7 @@ export function fanout(consumer: string, claimIdleMs = 15_000, direct?: DirectDe
     keys: w.keys,
     subscriptions: w.subscriptions,
     deliveryJobs: new DeliveryJobQueue(w.deliveryQueue, 4),
-    sourceRunQueue: w.sourceRunQueue,
+    sourceRuns: new SourceRunIntake(new RunStream(w.redis, w.keys, 32)),
     logger,
     metrics: createMetrics(fanoutRegistry),
     consumer,

@@ -1,0 +1,28 @@
+import type { SourceRunJob } from "../queue/catalog.js";
+import type { RunStream, RunStreamStatus } from "../store/run-stream.js";
+
+/** A source run to make durable; `id` (fan-out, timer ticks) makes a redo add nothing twice. */
+export interface RunToAdd {
+  readonly id?: string;
+  readonly data: SourceRunJob;
+}
+
+/**
+ * Where accepted source runs are made durable (docs/decisions.md "Source runs from a stream"): one
+ * run stream entry each, or, past SOURCE_RUN_STREAM_PER_USER of the user's entries there, parked
+ * until one of them settles (store/run-stream.ts). Either way the run is durable when this returns.
+ */
+export class SourceRunIntake {
+  constructor(private readonly stream: RunStream) {}
+
+  /** One run (an HTTP request, a timer tick). */
+  async add(run: RunToAdd): Promise<RunStreamStatus> {
+    const [status] = await this.addAll([run]);
+    return status ?? "added";
+  }
+
+  /** Runs of several users at once (a fan-out batch), in one atomic step; returns what became of each. */
+  addAll(runs: readonly RunToAdd[]): Promise<RunStreamStatus[]> {
+    return this.stream.add(runs.map((r) => ({ userId: r.data.userId, json: JSON.stringify(r.data), id: r.id })));
+  }
+}
