@@ -2,6 +2,8 @@ import { randomFillSync } from "node:crypto";
 import { Queue } from "bullmq";
 import { Registry } from "prom-client";
 import type { Config } from "../config/schema.js";
+import { CircuitBreaker } from "../delivery/circuit.js";
+import { MAX_CIRCUIT_COOLDOWN_MS } from "../domain/circuit.js";
 import { pooledRandomBytes } from "../domain/random-pool.js";
 import { maxAttempts } from "../domain/retry-policy.js";
 import { MAX_RETRY_DELAYS } from "../domain/webhook-settings.js";
@@ -24,6 +26,7 @@ import { UserService } from "../services/users.js";
 import { WebhookService } from "../services/webhooks.js";
 import { WorkflowService } from "../services/workflows.js";
 import { AttemptLog } from "../store/attempt-log.js";
+import { CircuitStore } from "../store/circuit.js";
 import { ComponentStore } from "../store/components.js";
 import type { StoreContext } from "../store/context.js";
 import { EventStore } from "../store/events.js";
@@ -87,6 +90,17 @@ export function createCore(o: CoreOptions) {
     attemptLog: new AttemptLog(redis, keys, config.deliveryLogLimit, Date.now),
   };
 
+  // Webhook circuit breakers (SPEC §12): the attempter admits and records through them; a deleted
+  // webhook's waiting deliveries are released; the open-circuits gauge reads their index.
+  const circuitStore = new CircuitStore(redis, keys, {
+    threshold: config.circuit.failureThreshold,
+    cooldownMs: config.circuit.cooldownMs,
+    maxCooldownMs: MAX_CIRCUIT_COOLDOWN_MS,
+  });
+  const circuits = new CircuitBreaker({ store: circuitStore, jobs: queues.delivery, deliveryTimeoutMs: config.deliveryTimeoutMs, logger });
+  shutdown.on("workers", "circuit releases", () => circuits.close());
+  metrics.observeOpenCircuits(() => circuitStore.countOpen());
+
   const onSandboxCrash = logSandboxCrash(logger);
   const analyzer = createAnalyzer(config, onSandboxCrash);
   shutdown.on("resources", "analyzer", () => analyzer.close());
@@ -132,6 +146,8 @@ export function createCore(o: CoreOptions) {
     sources,
     webhooks: new WebhookService(stores.webhooks, stores.subscriptions, ctx.randomBytes, {
       secretRotationOverlapMs: config.webhookSecretRotationOverlapSeconds * 1000,
+      circuits: circuitStore,
+      onDeleted: (userId, webhookId) => circuits.discard(userId, webhookId),
     }),
     subscriptions: new SubscriptionService(stores.subscriptions, stores.sources, stores.webhooks, workflows),
     users: new UserService(
@@ -152,6 +168,7 @@ export function createCore(o: CoreOptions) {
     agent,
     queues,
     stores,
+    circuits,
     services,
     analyzer,
     ingest,

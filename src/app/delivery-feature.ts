@@ -47,6 +47,7 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     webhooks: stores.webhooks,
     scheduleMs: config.deliveryRetryScheduleMs,
     rateLimit: (userId, webhookId, rate) => webhookRates.take(keys.webhookRate(userId, webhookId), rate),
+    circuit: core.circuits,
     logger,
     metrics,
   });

@@ -40,6 +40,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     deliveryConcurrency: e.DELIVERY_CONCURRENCY,
     deliveryDirectConcurrency: e.DELIVERY_DIRECT_CONCURRENCY,
     deliveryLogLimit: e.DELIVERY_LOG_LIMIT,
+    circuit: Object.freeze({ failureThreshold: e.CIRCUIT_FAILURE_THRESHOLD, cooldownMs: e.CIRCUIT_COOLDOWN }),
     webhookSecretRotationOverlapSeconds: e.WEBHOOK_SECRET_ROTATION_OVERLAP_SECONDS,
     timerMinIntervalSeconds: e.TIMER_MIN_INTERVAL_SECONDS,
     bodyLimitBytes: e.BODY_LIMIT_BYTES,
