@@ -150,7 +150,9 @@ describe("circuit breaker", () => {
     expect(await metric(h.td, /^tributary_circuit_transitions_total\{to="open"\} (\d+)/m)).toBeGreaterThanOrEqual(1);
     expect(await metric(h.td, /^tributary_circuit_transitions_total\{to="half_open"\} (\d+)/m)).toBeGreaterThanOrEqual(1);
     expect(await metric(h.td, /^tributary_circuit_transitions_total\{to="closed"\} (\d+)/m)).toBeGreaterThanOrEqual(1);
-    expect(await metric(h.td, /^tributary_deliveries_total\{listener_kind="webhook",outcome="circuit_open"\} (\d+)/m)).toBeGreaterThanOrEqual(2);
+    expect(
+      await metric(h.td, /^tributary_deliveries_total\{listener_kind="webhook",outcome="circuit_open"\} (\d+)/m),
+    ).toBeGreaterThanOrEqual(2);
   });
 
   it("opens again when the probe fails, with the cool-down doubled", async () => {

@@ -78,6 +78,22 @@ describe("circuit store (store/circuit.ts)", () => {
     expect(await space.redis().exists(keys.webhookCircuitWaiting(userId, webhookId), keys.webhookCircuit(userId, webhookId))).toBe(0);
   });
 
+  it("does not stay half open when the probe's process died: its lease expires and the next attempt probes", async () => {
+    const { userId, webhookId } = webhook();
+    const clock = { now: Date.UTC(2026, 0, 1) };
+    const store = storeAt(clock);
+    for (const t of ["d_1", "d_2", "d_3"]) await store.record(userId, webhookId, false, t);
+    clock.now += 1_000;
+    expect(await store.admit(userId, webhookId, "d_dead", "d_dead", LEASE)).toMatchObject({ kind: "probe" });
+    clock.now += LEASE - 1;
+    expect(await store.admit(userId, webhookId, "d_next", "d_next", LEASE)).toMatchObject({ kind: "wait" });
+    clock.now += 1;
+    expect(await store.admit(userId, webhookId, "d_next", "d_next", LEASE)).toEqual({ kind: "probe", leaseUntilMs: clock.now + LEASE });
+    // The dead probe's late failure, should it come, no longer reopens the circuit.
+    expect((await store.record(userId, webhookId, false, "d_dead")).change).toBeUndefined();
+    expect((await store.record(userId, webhookId, false, "d_next")).change).toBe("reopened");
+  });
+
   it("indexes open circuits for the gauge, and drops those that closed or were discarded", async () => {
     const clock = { now: Date.UTC(2026, 0, 1) };
     const store = storeAt(clock);

@@ -1,0 +1,114 @@
+import { randomBytes } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Registry } from "prom-client";
+import { describe, expect, it } from "vitest";
+import { Attempter, uncachedListeners } from "../../../src/delivery/attempt.js";
+import { CircuitBreaker } from "../../../src/delivery/circuit.js";
+import { newDeliveryJob } from "../../../src/delivery/jobs.js";
+import { createSender } from "../../../src/delivery/sender.js";
+import { JOB_STARTS, NOT_QUEUED } from "../../../src/domain/delivery-plan.js";
+import { createGuardedAgent } from "../../../src/net/guarded-agent.js";
+import { createMetrics } from "../../../src/observability/metrics.js";
+import { CircuitStore } from "../../../src/store/circuit.js";
+import { WebhookStore } from "../../../src/store/webhooks.js";
+import { WorkflowStore } from "../../../src/store/workflows.js";
+import { answers, installPipeline, logger, newUserId, newWebhook, rx, w } from "../../helpers/pipeline.js";
+import { connectRedis } from "../../helpers/redis.js";
+import { waitFor } from "../../helpers/wait.js";
+
+/**
+ * Two Attempters, each with its own Redis connection, sender and metrics, as two worker processes
+ * would have them, against one webhook: they share its circuit, and only one of them probes.
+ */
+
+installPipeline();
+
+interface Process {
+  attempter: Attempter;
+  changes: string[];
+  registry: Registry;
+}
+
+function workerProcess(): Process {
+  const redis = connectRedis();
+  const agent = createGuardedAgent({ allowPrivate: true });
+  const sender = createSender({ agent, timeoutMs: 5_000 });
+  const store = new CircuitStore(redis, w.keys, { threshold: 2, cooldownMs: 500, maxCooldownMs: 60_000 });
+  const breaker = new CircuitBreaker({ store, jobs: w.deliveryQueue, deliveryTimeoutMs: 5_000, logger });
+  const webhooks = new WebhookStore({ ...w.ctx, redis });
+  const changes: string[] = [];
+  const registry = new Registry();
+  w.closers.push(async () => {
+    breaker.close();
+    await sender.close();
+    await agent.close();
+    redis.disconnect();
+  });
+  const attempter = new Attempter({
+    sender,
+    attemptLog: w.attemptLog,
+    listeners: uncachedListeners(webhooks, new WorkflowStore({ ...w.ctx, redis })),
+    webhooks,
+    scheduleMs: [100, 200, 400],
+    circuit: breaker,
+    onCircuitChange: (_userId, webhookId, change) => changes.push(`${webhookId} ${change}`),
+    logger,
+    metrics: createMetrics(registry, { defaultMetrics: false }),
+  });
+  return { attempter, changes, registry };
+}
+
+async function transitions(p: Process, to: string): Promise<number> {
+  const values = (await p.registry.getSingleMetric("tributary_circuit_transitions_total")?.get())?.values ?? [];
+  return values.find((v) => v.labels.to === to)?.value ?? 0;
+}
+
+describe("a circuit shared by two worker processes", () => {
+  it("opens on their failures together, turns both away during the cool-down, and lets only one of them probe", async () => {
+    const path = `/shared-${randomBytes(4).toString("hex")}`;
+    let down = true;
+    answers.set(path, async () => {
+      if (down) return { status: 500 };
+      await sleep(1000);
+      return { status: 200 };
+    });
+    const userId = newUserId();
+    const hook = await newWebhook(userId, path);
+    let n = 0;
+    const job = () => {
+      const eventId = `${Date.now()}-${++n}`;
+      const event = { userId, emitterId: "p_shared", channel: "", eventId, payload: "{}", acceptedAtMs: Date.now() };
+      return newDeliveryJob(event, hook.id, "webhook", `d_shared_${n}_${randomBytes(3).toString("hex")}`, JOB_STARTS.fanout);
+    };
+    const [one, two] = [workerProcess(), workerProcess()];
+
+    // One failure in each process: two in a row for the circuit, which opens (threshold 2).
+    expect(await one.attempter.attempt(job(), NOT_QUEUED)).toMatchObject({ kind: "retry" });
+    expect(await two.attempter.attempt(job(), NOT_QUEUED)).toMatchObject({ kind: "retry" });
+    expect(two.changes).toEqual([`${hook.id} opened`]);
+    expect(one.changes).toEqual([]);
+
+    // Both are turned away during the cool-down, without an attempt.
+    const openedAt = Date.now();
+    for (const p of [one, two]) {
+      const turned = await p.attempter.attempt(job(), NOT_QUEUED);
+      expect(turned).toMatchObject({ kind: "circuit_open" });
+      expect((turned as { delayMs: number }).delayMs).toBeLessThanOrEqual(500 + 1000);
+    }
+    expect(rx.to(path)).toHaveLength(2);
+
+    // After it, six attempts at once from both: one probe (answered after 1 s), five turned away.
+    down = false;
+    await waitFor(() => Date.now() >= openedAt + 600, { what: "the cool-down to pass" });
+    const outcomes = await Promise.all([one, two, one, two, one, two].map((p) => p.attempter.attempt(job(), NOT_QUEUED)));
+    expect(outcomes.filter((o) => o?.kind === "delivered")).toHaveLength(1);
+    expect(outcomes.filter((o) => o?.kind === "circuit_open")).toHaveLength(5);
+    expect(rx.to(path)).toHaveLength(3);
+    expect((await transitions(one, "half_open")) + (await transitions(two, "half_open"))).toBe(1);
+
+    // The probe closed it: one "closed", from the process that probed; attempts go again.
+    expect([...one.changes, ...two.changes].sort()).toEqual([`${hook.id} closed`, `${hook.id} opened`]);
+    expect((await transitions(one, "closed")) + (await transitions(two, "closed"))).toBe(1);
+    expect(await one.attempter.attempt(job(), NOT_QUEUED)).toEqual({ kind: "delivered" });
+  });
+});
