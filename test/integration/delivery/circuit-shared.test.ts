@@ -69,7 +69,7 @@ describe("a circuit shared by two worker processes", () => {
     let down = true;
     answers.set(path, async () => {
       if (down) return { status: 500 };
-      await sleep(1000);
+      await sleep(2000);
       return { status: 200 };
     });
     const userId = newUserId();
@@ -97,7 +97,7 @@ describe("a circuit shared by two worker processes", () => {
     }
     expect(rx.to(path)).toHaveLength(2);
 
-    // After it, six attempts at once from both: one probe (answered after 1 s), five turned away.
+    // After it, six attempts at once from both: one probe (answered after 2 s), five turned away.
     down = false;
     await waitFor(() => Date.now() >= openedAt + 600, { what: "the cool-down to pass" });
     const outcomes = await Promise.all([one, two, one, two, one, two].map((p) => p.attempter.attempt(job(), NOT_QUEUED)));

@@ -105,7 +105,7 @@ describe("circuit breaker", () => {
     const path = hookPath("recovers", async (req) => {
       if (failing) return { status: 500 };
       // The probe is slow, so the deliveries that wake meanwhile wait again for its lease (10 s).
-      if (rx.to(path).filter((r) => r.nthOnPath > 3).length === 1 && req.nthOnPath === 4) await sleep(1500);
+      if (req.nthOnPath === 4) await sleep(1500);
       return { status: 200 };
     });
     const res = await u.api.post("/v1/webhooks", { json: { url: rx.url(path), timeout_ms: 5000 } });
@@ -172,7 +172,8 @@ describe("circuit breaker", () => {
     expect(again.opened_at).toBe(first.opened_at);
     const cooldownMs = (again.next_probe_at as number) * 1000 - probe.at;
     expect(cooldownMs).toBeGreaterThanOrEqual(4000 - 100);
-    expect(cooldownMs).toBeLessThanOrEqual(5000 + 500);
+    // Rounded up to a second, plus the time the probe's answer took to be recorded.
+    expect(cooldownMs).toBeLessThanOrEqual(5000 + 2000);
 
     // That delivery used its last attempt; a new one waits out the doubled cool-down, then probes.
     const list = await settled(u.api, hook.id, 1);
