@@ -97,6 +97,7 @@ export function createCore(o: CoreOptions) {
     cooldownMs: config.circuit.cooldownMs,
     maxCooldownMs: MAX_CIRCUIT_COOLDOWN_MS,
   });
+  // This one (without hints) releases a deleted webhook's deliveries; the worker role builds its own.
   const circuits = new CircuitBreaker({ store: circuitStore, jobs: queues.delivery, deliveryTimeoutMs: config.deliveryTimeoutMs, logger });
   shutdown.on("workers", "circuit releases", () => circuits.close());
   metrics.observeOpenCircuits(() => circuitStore.countOpen());
@@ -169,6 +170,7 @@ export function createCore(o: CoreOptions) {
     queues,
     stores,
     circuits,
+    circuitStore,
     services,
     analyzer,
     ingest,

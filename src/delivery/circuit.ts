@@ -2,7 +2,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { Job } from "bullmq";
 import type { Admission, CircuitChange } from "../domain/circuit.js";
 import type { Logger } from "../observability/logger.js";
-import type { CircuitStore } from "../store/circuit.js";
+import { type CircuitStore, circuitChangeMessage } from "../store/circuit.js";
+import type { CircuitHints } from "../store/circuit-hints.js";
 
 /**
  * The circuit breakers as the Attempter uses them (domain/circuit.ts, store/circuit.ts), and the
@@ -23,8 +24,16 @@ export interface CircuitBreakerDeps {
   jobs: { getJob(id: string): Promise<Pick<Job, "promote" | "getState"> | undefined> };
   /** DELIVERY_TIMEOUT_MS: a probe's lease is its timeout (the webhook's own, or this) plus a margin. */
   deliveryTimeoutMs: number;
+  /**
+   * Webhooks this process knows to have a clean circuit (store/circuit-hints.ts): their attempts
+   * skip the admission and, on success, the record, so a healthy webhook costs no Redis call.
+   * Without it, every attempt is admitted and recorded in Redis.
+   */
+  hints?: Pick<CircuitHints, "isClean" | "version" | "markClean" | "forget">;
   logger: Logger;
 }
+
+const SEND: Admission = Object.freeze({ kind: "send" });
 
 /** How long past its timeout a probe's lease lasts (its result is recorded right after the answer). */
 export const PROBE_LEASE_MARGIN_MS = 5_000;
@@ -38,14 +47,26 @@ export class CircuitBreaker {
   constructor(private readonly d: CircuitBreakerDeps) {}
 
   /** Admits an attempt of delivery `token`, carried by job `jobId`; a probe's lease covers `timeoutMs`. */
-  admit(userId: string, webhookId: string, token: string, jobId: string, timeoutMs: number | null | undefined): Promise<Admission> {
+  async admit(userId: string, webhookId: string, token: string, jobId: string, timeoutMs: number | null | undefined): Promise<Admission> {
+    const { hints } = this.d;
+    if (hints?.isClean(userId, webhookId)) return SEND;
+    const version = hints?.version() ?? 0;
     const leaseMs = (timeoutMs ?? this.d.deliveryTimeoutMs) + PROBE_LEASE_MARGIN_MS;
-    return this.d.store.admit(userId, webhookId, token, jobId, leaseMs);
+    const { admission, clean } = await this.d.store.admit(userId, webhookId, token, jobId, leaseMs);
+    if (clean) hints?.markClean(userId, webhookId, version);
+    return admission;
   }
 
   /** Applies an attempt's result; on closing, releases the waiting deliveries (not awaited). */
   async record(userId: string, webhookId: string, success: boolean, token: string): Promise<CircuitChange | undefined> {
+    const { hints } = this.d;
+    // A success on a clean circuit changes nothing.
+    if (success && hints?.isClean(userId, webhookId)) return undefined;
+    if (!success) hints?.forget(circuitChangeMessage(userId, webhookId));
+    const version = hints?.version() ?? 0;
     const { change, released } = await this.d.store.record(userId, webhookId, success, token);
+    // Any success leaves the circuit closed without failures.
+    if (success) hints?.markClean(userId, webhookId, version);
     if (released.length > 0) void this.release(released);
     return change;
   }

@@ -11,8 +11,21 @@ export interface RecordResult {
   readonly released: readonly string[];
 }
 
+/** An admission, and whether the circuit was clean (closed, without failures) when it was made. */
+export interface AdmitResult {
+  readonly admission: Admission;
+  readonly clean: boolean;
+}
+
 const NOTHING: RecordResult = Object.freeze({ released: Object.freeze([]) });
 const SEND: Admission = Object.freeze({ kind: "send" });
+const SEND_CLEAN: AdmitResult = Object.freeze({ admission: SEND, clean: true });
+const SEND_DIRTY: AdmitResult = Object.freeze({ admission: SEND, clean: false });
+/** The message on `keys.circuitChanges()`: a webhook whose circuit stopped being clean. */
+export function circuitChangeMessage(userId: string, webhookId: string): string {
+  return `${userId} ${webhookId}`;
+}
+
 /** Open-circuit index members examined per gauge sample (the index is small: open circuits only). */
 const OPEN_SAMPLE = 1000;
 
@@ -41,15 +54,15 @@ export class CircuitStore {
    * Admits an attempt (`token`: its delivery id). When it must wait, `jobId` (the BullMQ job that
    * will carry it) is parked with the webhook's waiting deliveries, released when the circuit closes.
    */
-  async admit(userId: string, webhookId: string, token: string, jobId: string, leaseMs: number): Promise<Admission> {
+  async admit(userId: string, webhookId: string, token: string, jobId: string, leaseMs: number): Promise<AdmitResult> {
     const res = (await this.admitScript(
       [this.keys.webhookCircuit(userId, webhookId), this.keys.webhookCircuitWaiting(userId, webhookId)],
       [this.now(), leaseMs, token, jobId],
     )) as number[];
     const [kind, at] = res;
-    if (kind === 1) return { kind: "probe", leaseUntilMs: Number(at) };
-    if (kind === 2) return { kind: "wait", untilMs: Number(at) };
-    return SEND;
+    if (kind === 1) return { admission: { kind: "probe", leaseUntilMs: Number(at) }, clean: false };
+    if (kind === 2) return { admission: { kind: "wait", untilMs: Number(at) }, clean: false };
+    return Number(at) === 0 ? SEND_CLEAN : SEND_DIRTY;
   }
 
   /** Applies an attempt's success or failure; on closing, takes the waiting deliveries' job ids. */
@@ -57,7 +70,16 @@ export class CircuitStore {
     const { threshold, cooldownMs, maxCooldownMs } = this.policy;
     const res = (await this.recordScript(
       [this.keys.webhookCircuit(userId, webhookId), this.keys.webhookCircuitWaiting(userId, webhookId)],
-      [success ? "s" : "f", token, this.now(), threshold, cooldownMs, maxCooldownMs],
+      [
+        success ? "s" : "f",
+        token,
+        this.now(),
+        threshold,
+        cooldownMs,
+        maxCooldownMs,
+        this.keys.circuitChanges(),
+        circuitChangeMessage(userId, webhookId),
+      ],
     )) as [number, string[]?];
     const member = `${userId} ${webhookId}`;
     switch (res[0]) {

@@ -113,6 +113,8 @@ export function createKeys(prefix: string) {
     timerControl: () => `${g}:timers:control`,
     /** zset: "<user id> <webhook id>" of every webhook whose circuit is open, by opening time (the open-circuits gauge) */
     openCircuits: () => `${g}:circuits:open`,
+    /** pub/sub channel: "<user id> <webhook id>" when a webhook's circuit stops being clean (its first failure) */
+    circuitChanges: () => `${g}:circuits:changed`,
     /** string: the scheduler role's leadership lock */
     schedulerLock: () => `${g}:timers:lock`,
   };

@@ -9,7 +9,7 @@ import { script, type ScriptDef } from "../script.js";
  * KEYS[2] the deliveries waiting on it (zset: BullMQ job id by the time it started waiting).
  * ARGV[1] now (ms), ARGV[2] the probe lease (ms), ARGV[3] the attempt's token (its delivery id),
  *   ARGV[4] the attempt's job id (parked in KEYS[2] when it must wait, for release on close).
- * Returns {0} go, {1, lease until} go as the probe (the lease's holder is admitted again: a probe
+ * Returns {0, consecutive failures} go (closed), {1, lease until} go as the probe (the lease's holder is admitted again: a probe
  * that waited for the rate limit), {2, until} wait (and parked).
  * A closed circuit costs one HMGET and no write.
  */
@@ -17,9 +17,9 @@ export const CIRCUIT_ADMIT: ScriptDef = script(
   "tribCircuitAdmit",
   2,
   `
-local s = redis.call('HMGET', KEYS[1], 'k', 'n', 'p', 'pt')
+local s = redis.call('HMGET', KEYS[1], 'k', 'n', 'p', 'pt', 'f')
 local openings = tonumber(s[1]) or 0
-if openings == 0 then return {0} end
+if openings == 0 then return {0, tonumber(s[5]) or 0} end
 local now = tonumber(ARGV[1])
 local n = tonumber(s[2])
 local p = tonumber(s[3])

@@ -6,7 +6,9 @@ import { script, type ScriptDef } from "../script.js";
  *
  * KEYS[1] the circuit (hash, see circuit-admit.ts), KEYS[2] the deliveries waiting on it (zset).
  * ARGV[1] "s" (success) or "f" (failure), ARGV[2] the attempt's token (its delivery id), ARGV[3]
- *   now (ms), ARGV[4] the failure threshold, ARGV[5] the first cool-down (ms), ARGV[6] the longest.
+ *   now (ms), ARGV[4] the failure threshold, ARGV[5] the first cool-down (ms), ARGV[6] the longest,
+ *   ARGV[7] a pub/sub channel and ARGV[8] the message published on it when a failure ends a clean
+ *   state (closed, no failures): processes that skip the circuit while they know it clean stop.
  * Returns {0} no change, {1} opened, {2} reopened (the probe failed), {3, job ids} closed: the
  * waiting deliveries' job ids, taken from KEYS[2] in the same step, for the caller to release.
  * A success on a closed circuit without failures costs one HMGET and no write.
@@ -28,6 +30,7 @@ if ARGV[1] == 's' then
   if failures > 0 then redis.call('DEL', KEYS[1]) end
   return {0}
 end
+if failures == 0 and openings == 0 then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
 failures = failures + 1
 local now = tonumber(ARGV[3])
 local function cooldown(k)

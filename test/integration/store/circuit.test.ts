@@ -43,7 +43,9 @@ describe("circuit store (store/circuit.ts)", () => {
           clock.now += s.advanceMs;
           if (s.op === "admit") {
             const expected = admit(model, clock.now, LEASE, s.token);
-            expect(await store.admit(userId, webhookId, s.token, `job-${s.token}`, LEASE)).toEqual(expected.admission);
+            const got = await store.admit(userId, webhookId, s.token, `job-${s.token}`, LEASE);
+            expect(got.admission).toEqual(expected.admission);
+            expect(got.clean).toBe(model.openings === 0 && model.failures === 0);
             model = expected.next;
           } else {
             const expected = afterAttempt(model, s.success ? "success" : "failure", s.token, clock.now, POLICY);
@@ -63,15 +65,21 @@ describe("circuit store (store/circuit.ts)", () => {
     const clock = { now: Date.UTC(2026, 0, 1) };
     const store = storeAt(clock);
     for (const t of ["d_1", "d_2", "d_3"]) await store.record(userId, webhookId, false, t);
-    expect(await store.admit(userId, webhookId, "d_4", "d_4", LEASE)).toEqual({ kind: "wait", untilMs: clock.now + 1_000 });
-    expect(await store.admit(userId, webhookId, "d_5", "d_5-r1", LEASE)).toMatchObject({ kind: "wait" });
+    expect((await store.admit(userId, webhookId, "d_4", "d_4", LEASE)).admission).toEqual({ kind: "wait", untilMs: clock.now + 1_000 });
+    expect((await store.admit(userId, webhookId, "d_5", "d_5-r1", LEASE)).admission).toMatchObject({ kind: "wait" });
     // Parked once, however often it is turned away.
-    expect(await store.admit(userId, webhookId, "d_4", "d_4", LEASE)).toMatchObject({ kind: "wait" });
+    expect((await store.admit(userId, webhookId, "d_4", "d_4", LEASE)).admission).toMatchObject({ kind: "wait" });
     clock.now += 1_000;
-    expect(await store.admit(userId, webhookId, "d_6", "d_6", LEASE)).toEqual({ kind: "probe", leaseUntilMs: clock.now + LEASE });
-    expect(await store.admit(userId, webhookId, "d_7", "d_7", LEASE)).toEqual({ kind: "wait", untilMs: clock.now + LEASE });
+    expect((await store.admit(userId, webhookId, "d_6", "d_6", LEASE)).admission).toEqual({
+      kind: "probe",
+      leaseUntilMs: clock.now + LEASE,
+    });
+    expect((await store.admit(userId, webhookId, "d_7", "d_7", LEASE)).admission).toEqual({ kind: "wait", untilMs: clock.now + LEASE });
     // The probe, back after waiting for the rate limit, keeps its lease.
-    expect(await store.admit(userId, webhookId, "d_6", "d_6", LEASE)).toEqual({ kind: "probe", leaseUntilMs: clock.now + LEASE });
+    expect((await store.admit(userId, webhookId, "d_6", "d_6", LEASE)).admission).toEqual({
+      kind: "probe",
+      leaseUntilMs: clock.now + LEASE,
+    });
     const closed = await store.record(userId, webhookId, true, "d_6");
     expect(closed.change).toBe("closed");
     expect([...closed.released].sort()).toEqual(["d_4", "d_5-r1", "d_7"]);
@@ -84,11 +92,14 @@ describe("circuit store (store/circuit.ts)", () => {
     const store = storeAt(clock);
     for (const t of ["d_1", "d_2", "d_3"]) await store.record(userId, webhookId, false, t);
     clock.now += 1_000;
-    expect(await store.admit(userId, webhookId, "d_dead", "d_dead", LEASE)).toMatchObject({ kind: "probe" });
+    expect((await store.admit(userId, webhookId, "d_dead", "d_dead", LEASE)).admission).toMatchObject({ kind: "probe" });
     clock.now += LEASE - 1;
-    expect(await store.admit(userId, webhookId, "d_next", "d_next", LEASE)).toMatchObject({ kind: "wait" });
+    expect((await store.admit(userId, webhookId, "d_next", "d_next", LEASE)).admission).toMatchObject({ kind: "wait" });
     clock.now += 1;
-    expect(await store.admit(userId, webhookId, "d_next", "d_next", LEASE)).toEqual({ kind: "probe", leaseUntilMs: clock.now + LEASE });
+    expect((await store.admit(userId, webhookId, "d_next", "d_next", LEASE)).admission).toEqual({
+      kind: "probe",
+      leaseUntilMs: clock.now + LEASE,
+    });
     // The dead probe's late failure, should it come, no longer reopens the circuit.
     expect((await store.record(userId, webhookId, false, "d_dead")).change).toBeUndefined();
     expect((await store.record(userId, webhookId, false, "d_next")).change).toBe("reopened");
