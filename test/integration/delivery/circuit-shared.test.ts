@@ -40,8 +40,14 @@ async function workerProcess(withHints = false): Promise<Process> {
   const real = new CircuitStore(redis, w.keys, { threshold: 2, cooldownMs: 500, maxCooldownMs: 60_000 });
   const calls = { admit: 0, record: 0 };
   const store = {
-    admit: (...a: Parameters<CircuitStore["admit"]>) => (calls.admit++, real.admit(...a)),
-    record: (...a: Parameters<CircuitStore["record"]>) => (calls.record++, real.record(...a)),
+    admit: (...a: Parameters<CircuitStore["admit"]>) => {
+      calls.admit++;
+      return real.admit(...a);
+    },
+    record: (...a: Parameters<CircuitStore["record"]>) => {
+      calls.record++;
+      return real.record(...a);
+    },
     discard: (...a: Parameters<CircuitStore["discard"]>) => real.discard(...a),
   };
   let hints: CircuitHints | undefined;
