@@ -86,9 +86,10 @@ const CIRCUIT_WAIT_SPREAD_MS = 1000;
  * Makes one delivery attempt, for the queue's worker (delivery/worker.ts) and for fan-out's direct
  * first attempts (delivery/direct.ts) alike, in phases:
  *
- *   plan (domain/delivery-plan.ts) → resolve target ∥ read the record → prepare headers and
- *   signature (delivery/prepare.ts) → send → classify (domain/delivery-outcome.ts) → record in
- *   the attempt log → act on the verdict.
+ *   plan (domain/delivery-plan.ts) → resolve target ∥ read the record → (webhooks) circuit
+ *   admission (delivery/circuit.ts), rate limit → prepare headers and signature
+ *   (delivery/prepare.ts) → send → classify (domain/delivery-outcome.ts) → record in the attempt
+ *   log ∥ the circuit → act on the verdict.
  *
  * Returns the verdict, or undefined when nothing was sent (done already, listener gone, inactive
  * or undeliverable). "retry" is left to the caller: BullMQ's backoff, or a queued job.
