@@ -187,6 +187,29 @@ describe("circuit breaker", () => {
     await quiet(h);
   });
 
+  it("releases the waiting deliveries at the webhook's rate limit when the circuit closes", async () => {
+    const u = await h.td.createUser();
+    let failing = true;
+    const path = hookPath("limited", () => ({ status: failing ? 500 : 200 }));
+    const res = await u.api.post("/v1/webhooks", { json: { url: rx.url(path), rate_limit_per_second: 2 } });
+    const hook = res.body.data as { id: string };
+    const p = workflowId();
+    await subscribe(u.api, p, hook.id);
+    await emit(u.api, p, { n: 0 });
+    await waitCircuit(u.api, hook.id, (c) => c.state === "open", "the circuit to open");
+    for (let i = 1; i <= 6; i++) await emit(u.api, p, { n: i });
+    failing = false;
+
+    const got = await rx.waitFor((r) => (r.to(path).length >= 10 ? r.to(path) : undefined), { timeoutMs: 30_000, what: "10 requests" });
+    // After the 3 failures: the probe and the 6 released deliveries, no more than 2 (+1 at the edge) a second.
+    const at = got.slice(3).map((r) => r.at);
+    for (const t of at) expect(at.filter((x) => x >= t && x < t + 1000).length).toBeLessThanOrEqual(3);
+    const list = await settled(u.api, hook.id, 7);
+    expect(list.every((d) => d.status === "delivered")).toBe(true);
+    await quiet(h);
+    expect(rx.to(path)).toHaveLength(10);
+  });
+
   it("releases the deliveries waiting on a deleted webhook's circuit, instead of leaving them for the cool-down", async () => {
     const u = await hourly.td.createUser();
     const path = hookPath("deleted", () => ({ status: 500 }));
