@@ -2,6 +2,8 @@ import { randomFillSync } from "node:crypto";
 import { Queue } from "bullmq";
 import { Registry } from "prom-client";
 import type { Config } from "../config/schema.js";
+import { CircuitBreaker } from "../delivery/circuit.js";
+import { MAX_CIRCUIT_COOLDOWN_MS } from "../domain/circuit.js";
 import { pooledRandomBytes } from "../domain/random-pool.js";
 import { maxAttempts } from "../domain/retry-policy.js";
 import { MAX_RETRY_DELAYS } from "../domain/webhook-settings.js";
@@ -25,6 +27,7 @@ import { UserService } from "../services/users.js";
 import { WebhookService } from "../services/webhooks.js";
 import { WorkflowService } from "../services/workflows.js";
 import { AttemptLog } from "../store/attempt-log.js";
+import { CircuitStore } from "../store/circuit.js";
 import { ComponentStore } from "../store/components.js";
 import type { StoreContext } from "../store/context.js";
 import { EventStore } from "../store/events.js";
@@ -90,6 +93,18 @@ export function createCore(o: CoreOptions) {
     replays: new ReplayStore(ctx),
   };
 
+  // Webhook circuit breakers (SPEC §12): the attempter admits and records through them; a deleted
+  // webhook's waiting deliveries are released; the open-circuits gauge reads their index.
+  const circuitStore = new CircuitStore(redis, keys, {
+    threshold: config.circuit.failureThreshold,
+    cooldownMs: config.circuit.cooldownMs,
+    maxCooldownMs: MAX_CIRCUIT_COOLDOWN_MS,
+  });
+  // This one (without hints) releases a deleted webhook's deliveries; the worker role builds its own.
+  const circuits = new CircuitBreaker({ store: circuitStore, jobs: queues.delivery, deliveryTimeoutMs: config.deliveryTimeoutMs, logger });
+  shutdown.on("workers", "circuit releases", () => circuits.close());
+  metrics.observeOpenCircuits(() => circuitStore.countOpen());
+
   const onSandboxCrash = logSandboxCrash(logger);
   const analyzer = createAnalyzer(config, onSandboxCrash);
   shutdown.on("resources", "analyzer", () => analyzer.close());
@@ -139,6 +154,8 @@ export function createCore(o: CoreOptions) {
       secretRotationOverlapMs: config.webhookSecretRotationOverlapSeconds * 1000,
       health,
       dropEvents: (userId, id) => stores.events.dropEmitter(userId, id),
+      circuits: circuitStore,
+      onDeleted: (userId, webhookId) => circuits.discard(userId, webhookId),
     }),
     subscriptions: new SubscriptionService(stores.subscriptions, stores.sources, stores.webhooks, workflows),
     users: new UserService(
@@ -159,6 +176,8 @@ export function createCore(o: CoreOptions) {
     agent,
     queues,
     stores,
+    circuits,
+    circuitStore,
     services,
     analyzer,
     ingest,

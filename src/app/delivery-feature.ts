@@ -10,6 +10,8 @@ import { destinationKey } from "../domain/fair-slots.js";
 import { FanoutWorker } from "../events/fanout.js";
 import { MaintenanceWorker } from "../events/maintenance.js";
 import { ListenerCache } from "../store/listener-cache.js";
+import { CircuitBreaker } from "../delivery/circuit.js";
+import { CircuitHints } from "../store/circuit-hints.js";
 import { KeyedRateLimiter } from "../store/rate-limit.js";
 import type { Connections } from "./connections.js";
 import type { Core } from "./core.js";
@@ -43,6 +45,17 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
   const sender = createSender({ agent: core.agent, timeoutMs: config.deliveryTimeoutMs });
   shutdown.on("resources", "sender", () => sender.close());
   const webhookRates = new KeyedRateLimiter(conns.commands);
+  // Circuit breakers, skipped in Redis for webhooks this process knows clean (store/circuit-hints.ts).
+  const circuitHints = new CircuitHints({ subscriber: conns.subscriber("circuit-hints"), channel: keys.circuitChanges(), logger });
+  shutdown.on("workers", "circuit hints", () => circuitHints.stop());
+  const circuit = new CircuitBreaker({
+    store: core.circuitStore,
+    jobs: queues.delivery,
+    deliveryTimeoutMs: config.deliveryTimeoutMs,
+    hints: circuitHints,
+    logger,
+  });
+  shutdown.on("workers", "worker circuit releases", () => circuit.close());
   const attempter = new Attempter({
     sender,
     attemptLog: stores.attemptLog,
@@ -51,6 +64,8 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     scheduleMs: config.deliveryRetryScheduleMs,
     rateLimit: (userId, webhookId, rate) => webhookRates.take(keys.webhookRate(userId, webhookId), rate),
     health: core.health,
+    circuit,
+    onCircuitChange: core.health.onCircuitChange,
     logger,
     metrics,
   });
@@ -113,6 +128,7 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     async start(): Promise<void> {
       // Not awaited: until the subscription is live, listeners are read from Redis.
       void listenerCache.start();
+      void circuitHints.start();
       worker.start();
       await fanout.start();
       maintenance.start();

@@ -43,6 +43,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     deliveryConcurrencyPerDestination: e.DELIVERY_CONCURRENCY_PER_DESTINATION,
     deliveryLogLimit: e.DELIVERY_LOG_LIMIT,
     replayRatePerSecond: e.REPLAY_RATE_PER_SECOND,
+    circuit: Object.freeze({ failureThreshold: e.CIRCUIT_FAILURE_THRESHOLD, cooldownMs: e.CIRCUIT_COOLDOWN }),
     webhookSecretRotationOverlapSeconds: e.WEBHOOK_SECRET_ROTATION_OVERLAP_SECONDS,
     timerMinIntervalSeconds: e.TIMER_MIN_INTERVAL_SECONDS,
     bodyLimitBytes: e.BODY_LIMIT_BYTES,

@@ -1,5 +1,6 @@
 import { z } from "zod";
-import { parseDurationList } from "../domain/duration.js";
+import { MAX_CIRCUIT_COOLDOWN_MS } from "../domain/circuit.js";
+import { parseDuration, parseDurationList } from "../domain/duration.js";
 import type { UserLimits } from "../domain/limits.js";
 import { type HostPort, parseHostList } from "./host-list.js";
 
@@ -129,6 +130,20 @@ export const envSchema = z.object({
   DELIVERY_CONCURRENCY_PER_USER: int(0, 10_000).default(96),
   /** Delivery attempts in flight per destination (URL origin), per worker process; 0 = no cap. */
   DELIVERY_CONCURRENCY_PER_DESTINATION: int(0, 10_000).default(64),
+  /** Consecutive failed attempts to one webhook that open its circuit (SPEC §12). */
+  CIRCUIT_FAILURE_THRESHOLD: int(1, 1_000_000).default(10),
+  /** First cool-down of an open circuit (integer + ms|s|m|h, at most 1h); doubled per consecutive opening up to 1h. */
+  CIRCUIT_COOLDOWN: z
+    .string()
+    .default("30s")
+    .transform((s, ctx) => {
+      const ms = parseDuration(s);
+      if (ms === undefined || ms < 1 || ms > MAX_CIRCUIT_COOLDOWN_MS) {
+        ctx.addIssue({ code: "custom", message: "accepts a duration from 1ms to 1h such as 30s (units ms, s, m, h)" });
+        return z.NEVER;
+      }
+      return ms;
+    }),
   /** Deliveries kept per webhook in the attempt log. */
   DELIVERY_LOG_LIMIT: int(10, 100_000).default(1000),
   /** Deliveries bulk replays re-queue per second, all replays together (SPEC §12). */
@@ -254,6 +269,8 @@ export interface Config {
   readonly deliveryConcurrencyPerDestination: number;
   readonly deliveryLogLimit: number;
   readonly replayRatePerSecond: number;
+  /** The webhook circuit breaker (SPEC §12): CIRCUIT_FAILURE_THRESHOLD, CIRCUIT_COOLDOWN in ms. */
+  readonly circuit: { readonly failureThreshold: number; readonly cooldownMs: number };
   readonly webhookSecretRotationOverlapSeconds: number;
   readonly timerMinIntervalSeconds: number;
   readonly bodyLimitBytes: number;

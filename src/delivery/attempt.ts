@@ -1,3 +1,4 @@
+import { circuitSignal } from "../domain/circuit.js";
 import { planAttempt, readsRecord, type RunCounts } from "../domain/delivery-plan.js";
 import { classifyAttempt, describeAnswer, type Outcome } from "../domain/delivery-outcome.js";
 import { reportsDeliveryFailure } from "../domain/health-events.js";
@@ -10,6 +11,7 @@ import type { WebhookRecord, WebhookStore } from "../store/webhooks.js";
 import type { ListenerCache } from "../store/listener-cache.js";
 import type { WorkflowRecord, WorkflowStore } from "../store/workflows.js";
 import type { AttemptLog, DeliveryRecord } from "../store/attempt-log.js";
+import type { CircuitBreaker } from "./circuit.js";
 import { recordBaseOf } from "./jobs.js";
 import type { HealthReporter } from "./health-reporter.js";
 import { type Destination, prepareRequest } from "./prepare.js";
@@ -35,6 +37,13 @@ export interface AttempterDeps {
   rateLimit?: (userId: string, webhookId: string, ratePerSecond: number) => Promise<number>;
   /** Health events (SPEC §12): `$delivery_failed` and `$webhook_disabled` (events/health.ts). None: not reported. */
   health?: HealthReporter;
+  /** Webhook circuit breakers (delivery/circuit.ts), shared by every worker process. Without it, none. */
+  circuit?: Pick<CircuitBreaker, "admit" | "record">;
+  /**
+   * Called once per circuit transition, by the process whose attempt made it: "opened" when a
+   * closed circuit opens (not when a failed probe reopens it), "closed" when it closes. Must not throw.
+   */
+  onCircuitChange?: (userId: string, webhookId: string, change: "opened" | "closed") => void;
   logger: Logger;
   metrics: Metrics;
   now?: () => number;
@@ -65,12 +74,26 @@ export interface RateLimited {
 }
 
 /**
+ * An attempt not made because its webhook's circuit is open (SPEC §12): the caller makes it again
+ * in `delayMs` (a delayed job), without counting an attempt of the schedule or a failure. The job
+ * is parked with the circuit, so closing it releases the job early (delivery/circuit.ts).
+ */
+export interface CircuitOpen {
+  readonly kind: "circuit_open";
+  readonly delayMs: number;
+}
+
+/** The spread of the waits on an open circuit, so the waiting deliveries do not all come back at once. */
+const CIRCUIT_WAIT_SPREAD_MS = 1000;
+
+/**
  * Makes one delivery attempt, for the queue's worker (delivery/worker.ts) and for fan-out's direct
  * first attempts (delivery/direct.ts) alike, in phases:
  *
- *   plan (domain/delivery-plan.ts) → resolve target ∥ read the record → prepare headers and
- *   signature (delivery/prepare.ts) → send → classify (domain/delivery-outcome.ts) → record in
- *   the attempt log → act on the verdict.
+ *   plan (domain/delivery-plan.ts) → resolve target ∥ read the record → (webhooks) circuit
+ *   admission (delivery/circuit.ts), rate limit → prepare headers and signature
+ *   (delivery/prepare.ts) → send → classify (domain/delivery-outcome.ts) → record in the attempt
+ *   log ∥ the circuit → act on the verdict.
  *
  * Returns the verdict, or undefined when nothing was sent (done already, listener gone, inactive
  * or undeliverable). "retry" is left to the caller: BullMQ's backoff, or a queued job.
@@ -84,7 +107,7 @@ export class Attempter {
     this.random = d.random ?? Math.random;
   }
 
-  async attempt(job: DeliveryJob, run: RunCounts): Promise<Outcome | RateLimited | undefined> {
+  async attempt(job: DeliveryJob, run: RunCounts): Promise<Outcome | RateLimited | CircuitOpen | undefined> {
     const [record, target] = await Promise.all([
       readsRecord(job, run) ? this.d.attemptLog.get(job.userId, job.deliveryId) : undefined,
       this.resolveTarget(job),
@@ -94,6 +117,18 @@ export class Attempter {
     if ("skip" in target) {
       await this.recordSkipped(job, target, record);
       return undefined;
+    }
+    // Before the rate limit, so deliveries turned away by an open circuit take no rate-limit token.
+    const circuit = job.listenerKind === "webhook" ? this.d.circuit : undefined;
+    if (circuit) {
+      // A direct first attempt has no job yet: the one it adds to wait carries the delivery id.
+      const admission = await circuit.admit(job.userId, job.listenerId, job.deliveryId, run.id ?? job.deliveryId, target.timeoutMs);
+      if (admission.kind === "wait") {
+        this.d.metrics.deliveries.inc({ listener_kind: job.listenerKind, outcome: "circuit_open" });
+        const delayMs = Math.max(0, admission.untilMs - this.now()) + Math.floor(this.random() * CIRCUIT_WAIT_SPREAD_MS);
+        return { kind: "circuit_open", delayMs };
+      }
+      if (admission.kind === "probe") this.d.metrics.circuitTransitions.inc({ to: "half_open" });
     }
     if (target.ratePerSecond && this.d.rateLimit) {
       const waitMs = await this.d.rateLimit(job.userId, job.listenerId, target.ratePerSecond);
@@ -110,12 +145,14 @@ export class Attempter {
       statusCode: "statusCode" in result ? result.statusCode : undefined,
       errorKind: "errorKind" in result ? result.errorKind : undefined,
       retryAfter: "retryAfter" in result ? result.retryAfter : null,
+      deliveryControl: "deliveryControl" in result ? result.deliveryControl : null,
       attemptsMade: plan.position,
       scheduleMs: target.scheduleMs ?? this.d.scheduleMs,
       nowMs,
       random: this.random,
     });
-    const recorded = await this.record(job, nowMs, result, outcome, record);
+    // The circuit's step goes out with the attempt log's write (one round trip on the auto-pipeline).
+    const [recorded] = await Promise.all([this.record(job, nowMs, result, outcome, record), circuit && this.recordCircuit(circuit, job, outcome)]);
     await this.act(job, outcome, recorded);
     return outcome;
   }
@@ -134,6 +171,24 @@ export class Attempter {
   private async reportFailed(job: DeliveryJob, recorded: DeliveryRecord | undefined): Promise<void> {
     if (recorded && this.d.health && reportsDeliveryFailure(job.listenerKind, job.emitterId))
       await this.d.health.deliveryFailed(recorded, job.hops ?? 0);
+  }
+
+  /**
+   * Applies the attempt's result to the webhook's circuit. Fails open: bookkeeping that Redis
+   * refused costs the circuit one result, never the delivery (its attempt is made and recorded).
+   */
+  private async recordCircuit(circuit: NonNullable<AttempterDeps["circuit"]>, job: DeliveryJob, outcome: Outcome): Promise<void> {
+    const signal = circuitSignal(outcome.kind, "byReceiver" in outcome && outcome.byReceiver === true);
+    if (signal === "none") return;
+    try {
+      const change = await circuit.record(job.userId, job.listenerId, signal === "success", job.deliveryId);
+      if (change === undefined) return;
+      this.d.metrics.circuitTransitions.inc({ to: change === "closed" ? "closed" : "open" });
+      this.d.logger.info({ userId: job.userId, webhookId: job.listenerId, change }, "webhook circuit changed");
+      if (change !== "reopened") this.d.onCircuitChange?.(job.userId, job.listenerId, change);
+    } catch (err) {
+      this.d.logger.warn({ err, deliveryId: job.deliveryId }, "could not apply an attempt to its webhook's circuit");
+    }
   }
 
   private resolveTarget(job: DeliveryJob): Promise<Target> {

@@ -56,8 +56,10 @@ export class DirectDelivery {
     try {
       const outcome = await this.d.attempter.attempt(job, NOT_QUEUED);
       if (outcome?.kind === "retry") await this.d.jobs.add(continueDelivery(job, JOB_STARTS.directRetry), { delayMs: outcome.delayMs });
-      // Over the webhook's rate limit: the first attempt, not made, goes to the queue for later.
-      else if (outcome?.kind === "rate_limited") await this.d.jobs.add(job, { delayMs: outcome.delayMs });
+      // Over the webhook's rate limit, or its circuit is open: the first attempt, not made, goes to
+      // the queue for later (a job whose id is the delivery id, as the circuit parked it).
+      else if (outcome?.kind === "rate_limited" || outcome?.kind === "circuit_open")
+        await this.d.jobs.add(job, { delayMs: outcome.delayMs });
       return true;
     } catch (err) {
       // The attempt may or may not have been made and recorded: the queue redoes it, reading the

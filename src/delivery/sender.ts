@@ -12,7 +12,14 @@ import { isDestinationRefused, someInChain } from "../net/errors.js";
  */
 
 export type SendResult =
-  | { readonly statusCode: number; readonly retryAfter: string | null; readonly durationMs: number; readonly responseSnippet: string }
+  | {
+      readonly statusCode: number;
+      readonly retryAfter: string | null;
+      /** The `webhook-delivery` response header (receiver-driven control), when present. */
+      readonly deliveryControl: string | null;
+      readonly durationMs: number;
+      readonly responseSnippet: string;
+    }
   | { readonly errorKind: AttemptErrorKind; readonly error: string; readonly durationMs: number };
 
 export interface SendRequest {
@@ -92,6 +99,7 @@ export function createSender(options: SenderOptions): Sender {
       return {
         statusCode: res.statusCode,
         retryAfter: headerValue(res.headers["retry-after"]) ?? null,
+        deliveryControl: headerValue(res.headers["webhook-delivery"]) ?? null,
         durationMs: elapsed(started),
         responseSnippet,
       };

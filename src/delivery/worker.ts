@@ -94,9 +94,10 @@ export class DeliveryWorker {
   private async attempt(bullJob: Job, job: ReturnType<typeof readDeliveryJob>, token: string | undefined): Promise<void> {
     const outcome = await this.d.attempter.attempt(job, bullJob);
     if (outcome?.kind === "retry") throw new RetryLater(outcome.delayMs, outcome.reason);
-    if (outcome?.kind === "rate_limited") {
-      // Over the webhook's rate limit: the same attempt later. Moved to delayed, the job keeps its
-      // attempt count (attemptsMade): the wait spends nothing of the retry schedule.
+    if (outcome?.kind === "rate_limited" || outcome?.kind === "circuit_open") {
+      // Over the webhook's rate limit, or its circuit is open: the same attempt later. Moved to
+      // delayed, the job keeps its attempt count (attemptsMade): the wait spends nothing of the
+      // retry schedule.
       await bullJob.moveToDelayed(Date.now() + outcome.delayMs, token);
       throw new DelayedError();
     }

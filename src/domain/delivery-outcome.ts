@@ -15,6 +15,8 @@ export interface AttemptInput {
   readonly errorKind?: AttemptErrorKind;
   /** Raw `Retry-After` response header, if any. */
   readonly retryAfter?: string | null;
+  /** Raw `webhook-delivery` response header, if any (receiver-driven control, SPEC §12). */
+  readonly deliveryControl?: string | null;
   /** Attempts made so far, including the one being classified (1-based). */
   readonly attemptsMade: number;
   readonly scheduleMs: readonly number[];
@@ -25,8 +27,8 @@ export interface AttemptInput {
 export type Outcome =
   | { readonly kind: "delivered" }
   | { readonly kind: "retry"; readonly delayMs: number; readonly reason: string }
-  | { readonly kind: "give_up"; readonly reason: string }
-  | { readonly kind: "deactivate"; readonly reason: string };
+  | { readonly kind: "give_up"; readonly reason: string; readonly byReceiver?: true }
+  | { readonly kind: "deactivate"; readonly reason: string; readonly byReceiver?: true };
 
 /** The longest a receiver's Retry-After can push the next attempt out. */
 export const MAX_RETRY_AFTER_MS = 3_600_000;
@@ -35,6 +37,7 @@ export const MAX_RETRY_AFTER_MS = 3_600_000;
 type Verdict =
   | { readonly kind: "success" }
   | { readonly kind: "gone" }
+  | { readonly kind: "control"; readonly control: ReceiverControl }
   | { readonly kind: "throttled"; readonly reason: string }
   | { readonly kind: "failure"; readonly reason: string }
   | { readonly kind: "never_deliverable"; readonly reason: string };
@@ -45,7 +48,11 @@ export function classifyAttempt(input: AttemptInput): Outcome {
     case "success":
       return { kind: "delivered" };
     case "gone":
-      return { kind: "deactivate", reason: "HTTP 410 Gone: the receiver asked to stop; webhook deactivated" };
+      return { kind: "deactivate", reason: "HTTP 410 Gone: the receiver asked to stop; webhook deactivated", byReceiver: true };
+    case "control":
+      return verdict.control === "disable"
+        ? { kind: "deactivate", reason: "the receiver asked to stop (webhook-delivery: disable); webhook deactivated", byReceiver: true }
+        : { kind: "give_up", reason: "the receiver asked to abort this message (webhook-delivery: abort-message)", byReceiver: true };
     case "never_deliverable":
       return { kind: "give_up", reason: verdict.reason };
     case "failure":
@@ -64,10 +71,25 @@ function judge(input: AttemptInput): Verdict {
   // delivery alive rather than losing it.
   if (status === undefined) return { kind: "failure", reason: "no response" };
   if (status >= 200 && status <= 299) return { kind: "success" };
+  const control = receiverControl(input.deliveryControl);
+  if (control) return { kind: "control", control };
   if (status === 410) return { kind: "gone" };
   if (status === 429 || status === 503) return { kind: "throttled", reason: `HTTP ${status}` };
   if (status >= 300 && status <= 399) return { kind: "failure", reason: `HTTP ${status} (redirects are not followed)` };
   return { kind: "failure", reason: `HTTP ${status}` };
+}
+
+/**
+ * Receiver-driven control (the Standard Webhooks proposal): `webhook-delivery: disable` stops
+ * every delivery to the webhook (as a 410), `abort-message` this delivery. Read on answers that
+ * are not a 2xx (a 2xx delivered the message, whatever else it says); case and spaces do not
+ * matter; another value is ignored.
+ */
+export type ReceiverControl = "disable" | "abort-message";
+
+export function receiverControl(header: string | null | undefined): ReceiverControl | undefined {
+  const value = header?.trim().toLowerCase();
+  return value === "disable" || value === "abort-message" ? value : undefined;
 }
 
 function judgeError(kind: AttemptErrorKind): Verdict {

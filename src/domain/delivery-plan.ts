@@ -51,6 +51,8 @@ export interface RunCounts {
    * `attemptsMade + 1` once the job was taken over from a worker that died mid-attempt.
    */
   readonly attemptsStarted?: number;
+  /** The job's id (BullMQ `id`): where a delivery waiting on an open circuit is parked. */
+  readonly id?: string | undefined;
 }
 
 /** The counters of an attempt made without a job (fan-out's direct first attempt). */

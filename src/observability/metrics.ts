@@ -12,11 +12,16 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
   if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: registry });
   const registers = [registry];
   let readiness: (() => Promise<boolean>) | undefined;
+  let openCircuits: (() => Promise<number>) | undefined;
   return {
     registry,
     /** Wires `tributary_ready` to the process's readiness check (bounded, never throws; daemon.ts). */
     observeReadiness(probe: () => Promise<boolean>): void {
       readiness = probe;
+    },
+    /** Wires `tributary_circuits_open` to the count of open circuits in Redis (store/circuit.ts `countOpen`). */
+    observeOpenCircuits(count: () => Promise<number>): void {
+      openCircuits = count;
     },
     ready: new Gauge({
       name: "tributary_ready",
@@ -54,9 +59,29 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
     }),
     deliveries: new Counter({
       name: "tributary_deliveries_total",
-      help: "Finished delivery attempts by listener kind and outcome (delivered, retry, failed, deactivated, skipped, undeliverable; rate_limited: an attempt put off by its webhook's rate limit, not made; capped: one put off because its user or destination had DELIVERY_CONCURRENCY_PER_USER or _PER_DESTINATION attempts in flight; filtered: an event a subscription filter kept from a listener, source listeners included)",
+      help: "Finished delivery attempts by listener kind and outcome (delivered, retry, failed, deactivated, skipped, undeliverable; rate_limited: an attempt put off by its webhook's rate limit, not made; circuit_open: one put off by its webhook's open circuit, not made; capped: one put off because its user or destination had DELIVERY_CONCURRENCY_PER_USER or _PER_DESTINATION attempts in flight; filtered: an event a subscription filter kept from a listener, source listeners included)",
       labelNames: ["listener_kind", "outcome"] as const,
       registers,
+    }),
+    circuitTransitions: new Counter({
+      name: "tributary_circuit_transitions_total",
+      help: "Webhook circuit breaker transitions made by this process, by the state entered (open: opened or reopened after a failed probe; half_open: a probe started; closed)",
+      labelNames: ["to"] as const,
+      registers,
+    }),
+    circuitsOpen: new Gauge({
+      name: "tributary_circuits_open",
+      help: "Webhooks whose circuit is open or half open, across every process (read from Redis at each scrape; every process reports the same value)",
+      registers,
+      async collect() {
+        // Until wired, and when Redis does not answer, the gauge keeps its last value.
+        if (!openCircuits) return;
+        try {
+          this.set(await openCircuits());
+        } catch {
+          // Keep the last value; /readyz reports the outage.
+        }
+      },
     }),
     deliveryAttemptDuration: new Histogram({
       name: "tributary_delivery_attempt_duration_seconds",

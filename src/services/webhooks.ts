@@ -1,3 +1,4 @@
+import { CLOSED, type CircuitState, circuitView } from "../domain/circuit.js";
 import { NotFoundError, ValidationError } from "../domain/errors.js";
 import { hasIdShape, type RandomBytes } from "../domain/ids.js";
 import type { PageRequest } from "../domain/pagination.js";
@@ -8,8 +9,16 @@ import type { Page } from "../store/listing.js";
 import type { SubscriptionStore } from "../store/subscriptions.js";
 import type { WebhookPatch, WebhookRecord, WebhookStore } from "../store/webhooks.js";
 
-/** The API shape of a webhook; the list omits user_id and the signing secret. */
-export function webhookView(w: WebhookRecord, detail: boolean) {
+export type CircuitView = ReturnType<typeof circuitView>;
+
+/** A webhook without circuit state: closed, no failures (SPEC §12). */
+export const CLOSED_CIRCUIT: CircuitView = Object.freeze(circuitView(CLOSED, 0));
+
+/**
+ * The API shape of a webhook; the list omits user_id and the signing secret. `circuit` is shown
+ * by the single-webhook answers (GET, POST, PUT), not by the list.
+ */
+export function webhookView(w: WebhookRecord, detail: boolean, circuit?: CircuitView) {
   return {
     id: w.id,
     ...(detail ? { user_id: w.user_id } : {}),
@@ -24,6 +33,7 @@ export function webhookView(w: WebhookRecord, detail: boolean) {
     timeout_ms: w.timeout_ms ?? null,
     retry_schedule: w.retry_schedule ?? null,
     rate_limit_per_second: w.rate_limit_per_second ?? null,
+    ...(circuit ? { circuit } : {}),
   };
 }
 
@@ -48,6 +58,11 @@ export interface WebhookServiceOptions {
   readonly health?: { activeChanged(userId: string, webhookId: string, active: boolean): Promise<void> };
   /** Drops a deleted webhook's event streams (its health events): `EventStore.dropEmitter`. */
   readonly dropEvents?: (userId: string, webhookId: string) => Promise<void>;
+  /** Where webhooks' circuit breakers are read (store/circuit.ts); without it, every circuit shows closed. */
+  readonly circuits?: { read(userId: string, webhookId: string): Promise<CircuitState> };
+  /** After a deletion: releases the deliveries that waited on the webhook's circuit (delivery/circuit.ts `discard`). */
+  readonly onDeleted?: (userId: string, webhookId: string) => Promise<void>;
+  readonly now?: () => number;
 }
 
 function optionalText(raw: unknown, name: string): string | null | undefined {
@@ -102,6 +117,12 @@ export class WebhookService {
     return w;
   }
 
+  /** The webhook's circuit breaker as the API shows it (SPEC §12). */
+  async circuit(userId: string, webhookId: string): Promise<CircuitView> {
+    const { circuits, now = Date.now } = this.opts;
+    return circuits ? circuitView(await circuits.read(userId, webhookId), now()) : CLOSED_CIRCUIT;
+  }
+
   list(userId: string, page: PageRequest): Promise<Page<WebhookRecord>> {
     return this.store.list(userId, page);
   }
@@ -138,5 +159,6 @@ export class WebhookService {
     await this.store.delete(userId, w.id);
     await this.subscriptions.deleteNaming(userId, w.id);
     await this.opts.dropEvents?.(userId, w.id);
+    await this.opts.onDeleted?.(userId, w.id);
   }
 }

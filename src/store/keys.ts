@@ -74,6 +74,10 @@ export function createKeys(prefix: string) {
     webhook: (userId: string, id: string) => `${u(userId)}:webhook:${id}`,
     /** token bucket of a webhook's rate_limit_per_second, shared by every worker process */
     webhookRate: (userId: string, id: string) => `${u(userId)}:webhook-rate:${id}`,
+    /** hash: a webhook's circuit breaker (store/circuit.ts), shared by every worker process; absent = closed */
+    webhookCircuit: (userId: string, id: string) => `${u(userId)}:webhook-circuit:${id}`,
+    /** zset: job ids of deliveries waiting on a webhook's open circuit, released when it closes */
+    webhookCircuitWaiting: (userId: string, id: string) => `${u(userId)}:webhook-circuit-waiting:${id}`,
 
     workflows: (userId: string) => `${u(userId)}:workflows`,
     workflow: (userId: string, id: string) => `${u(userId)}:workflow:${id}`,
@@ -117,6 +121,10 @@ export function createKeys(prefix: string) {
     outbox: () => `${g}:outbox`,
     /** stream: "reconcile this source's timer" requests for the scheduler role */
     timerControl: () => `${g}:timers:control`,
+    /** zset: "<user id> <webhook id>" of every webhook whose circuit is open, by opening time (the open-circuits gauge) */
+    openCircuits: () => `${g}:circuits:open`,
+    /** pub/sub channel: "<user id> <webhook id>" when a webhook's circuit stops being clean (its first failure) */
+    circuitChanges: () => `${g}:circuits:changed`,
     /** string: the scheduler role's leadership lock */
     schedulerLock: () => `${g}:timers:lock`,
     /** zset: "<user id> <replay id>" of bulk replays still queueing, by creation time (ms) */

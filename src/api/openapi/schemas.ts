@@ -152,6 +152,19 @@ export const Webhook = named(
       .int()
       .nullable()
       .meta({ description: "At most this many attempts start per second; null = no limit" }),
+    circuit: z
+      .object({
+        state: z.enum(["closed", "open", "half_open"]),
+        consecutive_failures: z.number().int().min(0),
+        opened_at: epochSeconds
+          .nullable()
+          .meta({ description: "When the circuit opened (first opening of this outage); null while closed" }),
+        next_probe_at: epochSeconds
+          .nullable()
+          .meta({ description: "When the cool-down ends and one probe attempt may go (in the past: due); null while closed" }),
+      })
+      .optional()
+      .meta({ description: "The circuit breaker (CIRCUIT_FAILURE_THRESHOLD, CIRCUIT_COOLDOWN); absent in lists" }),
   }),
 );
 

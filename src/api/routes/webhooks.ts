@@ -1,21 +1,23 @@
 import type { Router } from "@koa/router";
-import { rotationView, secretView, webhookView, type WebhookService } from "../../services/webhooks.js";
+import { CLOSED_CIRCUIT, rotationView, secretView, webhookView, type WebhookService } from "../../services/webhooks.js";
 import { userIdOf } from "../middleware/auth.js";
 import { noContent, pageRequest, params, sendData, sendPage } from "../params.js";
 
 export function webhookRoutes(router: Router, webhooks: WebhookService): void {
   router.post("/webhooks", async (ctx) => {
-    sendData(ctx, webhookView(await webhooks.create(userIdOf(ctx), params(ctx)), true));
+    sendData(ctx, webhookView(await webhooks.create(userIdOf(ctx), params(ctx)), true, CLOSED_CIRCUIT));
   });
   router.get("/users/me/webhooks", async (ctx) => {
     const page = await webhooks.list(userIdOf(ctx), pageRequest(ctx));
     sendPage(ctx, { page_info: page.page_info, data: page.data.map((w) => webhookView(w, false)) });
   });
   router.get("/webhooks/:id", async (ctx) => {
-    sendData(ctx, webhookView(await webhooks.get(userIdOf(ctx), ctx.params.id), true));
+    const w = await webhooks.get(userIdOf(ctx), ctx.params.id);
+    sendData(ctx, webhookView(w, true, await webhooks.circuit(w.user_id, w.id)));
   });
   router.put("/webhooks/:id", async (ctx) => {
-    sendData(ctx, webhookView(await webhooks.update(userIdOf(ctx), ctx.params.id, params(ctx)), true));
+    const w = await webhooks.update(userIdOf(ctx), ctx.params.id, params(ctx));
+    sendData(ctx, webhookView(w, true, await webhooks.circuit(w.user_id, w.id)));
   });
   // Secrets are not for shared caches or the browser's history.
   router.get("/webhooks/:id/secret", async (ctx) => {

@@ -39,6 +39,7 @@ describe("POST /webhooks", () => {
     const w = res.body.data;
     expect(Object.keys(w).sort()).toEqual([
       "active",
+      "circuit",
       "created_at",
       "description",
       "headers",
@@ -57,6 +58,7 @@ describe("POST /webhooks", () => {
       timeout_ms: null,
       retry_schedule: null,
       rate_limit_per_second: null,
+      circuit: { state: "closed", consecutive_failures: 0, opened_at: null, next_probe_at: null },
       user_id: u.id,
       url: "https://example.com:12345/endpoint?x=1",
       name: "hook",

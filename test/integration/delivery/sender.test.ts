@@ -67,7 +67,7 @@ describe("sender", () => {
   it("POSTs the body as JSON with the given headers and reports a 200 (its body drained, not kept)", async () => {
     const rx = await receiver((_req, res) => res.end("thanks"));
     const r = expectResponse(await sender().send({ ...payload, url: rx.url() }));
-    expect(r).toMatchObject({ statusCode: 200, retryAfter: null, responseSnippet: "" });
+    expect(r).toMatchObject({ statusCode: 200, retryAfter: null, deliveryControl: null, responseSnippet: "" });
     expect(r.durationMs).toBeGreaterThanOrEqual(0);
     expect(rx.got).toHaveLength(1);
     expect(rx.got[0]).toMatchObject({ method: "POST", url: "/hook", body: '{"hello":"world"}' });
@@ -117,6 +117,14 @@ describe("sender", () => {
       retryAfter: "2",
       responseSnippet: '{"error":"slow down"}',
     });
+  });
+
+  it("reports the receiver's webhook-delivery header (receiver-driven control)", async () => {
+    const rx = await receiver((_req, res) => {
+      res.writeHead(400, { "Webhook-Delivery": "abort-message" });
+      res.end();
+    });
+    expect(await sender().send({ ...payload, url: rx.url() })).toMatchObject({ statusCode: 400, deliveryControl: "abort-message" });
   });
 
   it(`keeps only the first ${RESPONSE_SNIPPET_BYTES} bytes of a large failure body, and gets through a large 2xx body`, async () => {

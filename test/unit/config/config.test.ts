@@ -16,6 +16,7 @@ describe("loadConfig", () => {
     expect(c.deliveryRetryScheduleMs).toEqual([5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]);
     expect(c.deliveryTimeoutMs).toBe(15_000);
     expect(c.timerMinIntervalSeconds).toBe(15);
+    expect(c.circuit).toEqual({ failureThreshold: 10, cooldownMs: 30_000 });
     expect(c.logLevel).toBe("info");
     expect(Object.isFrozen(c)).toBe(true);
   });
@@ -32,6 +33,10 @@ describe("loadConfig", () => {
     expect(c.roles).toEqual(["api", "worker"]);
     expect(c.allowPrivateDestinations).toBe(true);
     expect(c.redisUrl).toBeUndefined();
+    expect(loadConfig({ CIRCUIT_FAILURE_THRESHOLD: "3", CIRCUIT_COOLDOWN: "1h" }).circuit).toEqual({
+      failureThreshold: 3,
+      cooldownMs: 3_600_000,
+    });
   });
   it.each([
     ["PORT", "abc"],
@@ -41,6 +46,10 @@ describe("loadConfig", () => {
     ["LOG_LEVEL", "loud"],
     ["REDIS_URL", "http://x"],
     ["ALLOW_PRIVATE_DESTINATIONS", "maybe"],
+    ["CIRCUIT_FAILURE_THRESHOLD", "0"],
+    ["CIRCUIT_COOLDOWN", "2h"],
+    ["CIRCUIT_COOLDOWN", "0s"],
+    ["CIRCUIT_COOLDOWN", "soon"],
   ])("names %s when it is invalid", (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrowError(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrowError(new RegExp(`invalid ${name}: accepts`));

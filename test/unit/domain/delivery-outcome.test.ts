@@ -195,3 +195,24 @@ describe("describeAnswer (the attempt log's error for a failed answer)", () => {
     );
   });
 });
+
+describe("receiver-driven control (webhook-delivery response header)", () => {
+  it("deactivates on `disable` and gives up the message on `abort-message`, marked as the receiver's choice", () => {
+    expect(classifyAttempt({ ...base, statusCode: 500, deliveryControl: "disable" })).toMatchObject({
+      kind: "deactivate",
+      reason: expect.stringMatching(/webhook-delivery: disable/),
+      byReceiver: true,
+    });
+    expect(classifyAttempt({ ...base, statusCode: 429, deliveryControl: " Abort-Message " })).toMatchObject({
+      kind: "give_up",
+      reason: expect.stringMatching(/webhook-delivery: abort-message/),
+      byReceiver: true,
+    });
+  });
+
+  it("ignores the header on a 2xx, unknown values, and attempts without an answer", () => {
+    expect(classifyAttempt({ ...base, statusCode: 200, deliveryControl: "disable" })).toEqual({ kind: "delivered" });
+    expect(classifyAttempt({ ...base, statusCode: 500, deliveryControl: "pause" })).toMatchObject({ kind: "retry" });
+    expect(classifyAttempt({ ...base, errorKind: "timeout", deliveryControl: "abort-message" })).toMatchObject({ kind: "retry" });
+  });
+});
