@@ -152,7 +152,10 @@ export class Attempter {
       random: this.random,
     });
     // The circuit's step goes out with the attempt log's write (one round trip on the auto-pipeline).
-    const [recorded] = await Promise.all([this.record(job, nowMs, result, outcome, record), circuit && this.recordCircuit(circuit, job, outcome)]);
+    const [recorded] = await Promise.all([
+      this.record(job, nowMs, result, outcome, record),
+      circuit && this.recordCircuit(circuit, job, outcome),
+    ]);
     await this.act(job, outcome, recorded);
     return outcome;
   }

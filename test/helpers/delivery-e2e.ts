@@ -142,10 +142,16 @@ export function ownHarness(env: Record<string, string>): () => Harness {
 }
 
 /** Registers a test file's hooks: one loopback receiver (`rx`, answering per path from `answers`) and one daemon (`h`). */
-export function installDeliveryHarness(): void {
+/**
+ * Daemon settings that keep every webhook's circuit closed (SPEC §12 circuit breaker), for tests of
+ * something else that make a webhook fail many times in a row.
+ */
+export const NO_CIRCUIT: Readonly<Record<string, string>> = { CIRCUIT_FAILURE_THRESHOLD: "1000000" };
+
+export function installDeliveryHarness(env: Record<string, string> = {}): void {
   beforeAll(async () => {
     rx = await startReceiver((req) => (answers.get(req.path.split("?")[0] ?? "") ?? (() => ({ status: 200 })))(req));
-    h = await harness();
+    h = await harness(env);
   });
   afterAll(async () => {
     await closeHarness(h);

@@ -5,7 +5,7 @@ import { replayedRecord } from "../../../src/delivery/replay.js";
 import { createKeys } from "../../../src/store/keys.js";
 import { seedDeliveries, type SeedDelivery } from "../../helpers/attempt-log-seed.js";
 import { client, startTestDaemon, type Client, type TestDaemon } from "../../helpers/daemon.js";
-import { createWebhook, emit, subscribe, workflowId } from "../../helpers/delivery-e2e.js";
+import { createWebhook, emit, NO_CIRCUIT, subscribe, workflowId } from "../../helpers/delivery-e2e.js";
 import { type AnswerFn, type Receiver, startReceiver, waitFor } from "../../helpers/receiver.js";
 import { connectRedis, testPrefix } from "../../helpers/redis.js";
 
@@ -95,7 +95,7 @@ function arrivals(path: string): Map<string, number> {
 describe("bulk replay", () => {
   let td: TestDaemon;
   beforeAll(async () => {
-    td = await startTestDaemon({ REPLAY_RATE_PER_SECOND: "50" });
+    td = await startTestDaemon({ REPLAY_RATE_PER_SECOND: "50", ...NO_CIRCUIT });
   });
   afterAll(async () => {
     await td?.close();
@@ -176,7 +176,7 @@ describe("bulk replay across a daemon restart", () => {
     let td1: TestDaemon | undefined;
     let td2: TestDaemon | undefined;
     try {
-      td1 = await startTestDaemon({ REDIS_KEY_PREFIX: prefix, REPLAY_RATE_PER_SECOND: "20" });
+      td1 = await startTestDaemon({ REDIS_KEY_PREFIX: prefix, REPLAY_RATE_PER_SECOND: "20", ...NO_CIRCUIT });
       const u = await td1.createUser();
       const path = hookPath("restart");
       const w = await createWebhook(u.api, rx.url(path));
@@ -200,7 +200,7 @@ describe("bulk replay across a daemon restart", () => {
       // As if the process had died holding the driver lease: the next one takes over when it expires.
       await redis.set(createKeys(prefix).replayLease(), "dead-process", "PX", 1500);
 
-      td2 = await startTestDaemon({ REDIS_KEY_PREFIX: prefix, REPLAY_RATE_PER_SECOND: "200" });
+      td2 = await startTestDaemon({ REDIS_KEY_PREFIX: prefix, REPLAY_RATE_PER_SECOND: "200", ...NO_CIRCUIT });
       const api2 = client(td2.url, u.api_key);
       const before = await status(api2, w.id, r.id);
       expect(before.queued).toBeLessThan(120);
@@ -222,6 +222,7 @@ describe("bulk replay and live traffic", () => {
     // Every delivery goes through the queue (no direct first attempts), few workers, a slow
     // receiver: the replay alone could keep the queue busy for many seconds.
     td = await startTestDaemon({
+      ...NO_CIRCUIT,
       REPLAY_RATE_PER_SECOND: "2000",
       DELIVERY_DIRECT_CONCURRENCY: "0",
       DELIVERY_CONCURRENCY: "8",

@@ -69,6 +69,13 @@ const waitCircuit = (api: Client, id: string, ok: (c: Circuit) => boolean, what:
     { timeoutMs: 20_000, what },
   );
 
+/** The events of one of the webhook's health channels (SPEC §12), newest first. */
+async function healthEvents(api: Client, id: string, channel: string): Promise<Record<string, unknown>[]> {
+  const res = await api.get(`/v1/webhooks/${id}/event_summaries`, { query: { event_name: channel, expand: "event" } });
+  expect(res.status, res.text).toBe(200);
+  return res.body.data.map((s: { event: Record<string, unknown> }) => s.event);
+}
+
 /** Every delivery of the webhook, once `n` of them are settled (delivered or failed). */
 const settled = (api: Client, id: string, n: number) =>
   waitFor(
@@ -153,6 +160,13 @@ describe("circuit breaker", () => {
     expect(
       await metric(h.td, /^tributary_deliveries_total\{listener_kind="webhook",outcome="circuit_open"\} (\d+)/m),
     ).toBeGreaterThanOrEqual(2);
+    // The opening and the closing are the webhook's health events (SPEC §12), one each.
+    expect(await healthEvents(u.api, hook.id, "$webhook_disabled")).toEqual([
+      expect.objectContaining({ webhook_id: hook.id, reason: "circuit" }),
+    ]);
+    expect(await healthEvents(u.api, hook.id, "$webhook_recovered")).toEqual([
+      expect.objectContaining({ webhook_id: hook.id, reason: "circuit" }),
+    ]);
   });
 
   it("opens again when the probe fails, with the cool-down doubled", async () => {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { closeHarness, emit, type Harness, harness, subscribe, workflowId } from "../../helpers/delivery-e2e.js";
+import { closeHarness, emit, type Harness, harness, NO_CIRCUIT, subscribe, workflowId } from "../../helpers/delivery-e2e.js";
 import type { Client } from "../../helpers/daemon.js";
 import { type Receiver, startReceiver } from "../../helpers/receiver.js";
 
@@ -29,7 +29,9 @@ let healthy: Receiver;
 beforeAll(async () => {
   dead = await startReceiver(() => "hang");
   healthy = await startReceiver(() => ({ status: 200 }));
-  h = await harness();
+  // The circuit breaker would stop the noisy user's attempts after a few failures; this test is
+  // about the concurrency caps, so the circuits stay closed.
+  h = await harness(NO_CIRCUIT);
 });
 
 afterAll(async () => {

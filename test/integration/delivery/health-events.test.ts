@@ -9,6 +9,7 @@ import {
   h,
   hookPath,
   installDeliveryHarness,
+  NO_CIRCUIT,
   quiet,
   rx,
   subscribe,
@@ -23,7 +24,8 @@ import { waitFor } from "../../helpers/receiver.js";
  * feed themselves.
  */
 
-installDeliveryHarness();
+// Failing webhooks here fail on purpose many times; their circuits would stop the chains under test.
+installDeliveryHarness(NO_CIRCUIT);
 
 const failing = () => ({ status: 500 });
 
