@@ -49,6 +49,8 @@ export interface RelayTarget {
   /** Where the load goes (an absolute URL). */
   readonly url: string;
   readonly headers?: Record<string, string>;
+  /** The request body, carrying one small event. */
+  readonly body: string;
   /** The status of an accepted request. */
   readonly expect: number;
 }
@@ -60,8 +62,6 @@ export interface RelayLoad {
   readonly warmupS: number;
   /** How long the deliveries may take after the load stopped, s. */
   readonly deadlineS: number;
-  /** The request body: a small event. */
-  readonly body: string;
   /** Starts the CPU and Redis meter over the deployment. */
   meter(): Promise<(units: number) => Promise<Cost>>;
   /** Waits until the daemon is quiet (outbox empty, no delivery job). */
@@ -74,7 +74,7 @@ export interface RelayLoad {
 export async function relayRun(o: RelayLoad, t: RelayTarget): Promise<RelayRun> {
   const { receiver } = o;
   const load = (durationS: number) =>
-    hammerStatus({ url: t.url, body: o.body, headers: t.headers, durationS, connections: o.connections, expect: t.expect });
+    hammerStatus({ url: t.url, body: t.body, headers: t.headers, durationS, connections: o.connections, expect: t.expect });
   receiver.reset();
   if (o.warmupS > 0) {
     const warm = await load(o.warmupS);
@@ -88,6 +88,7 @@ export async function relayRun(o: RelayLoad, t: RelayTarget): Promise<RelayRun> 
   const meter = await o.meter();
   const t0 = performance.now();
   const r = await load(o.durationS);
+  if (r.ok === 0) throw new Error(`relay ${t.variant}: no request accepted (answers ${JSON.stringify(r.statuses)})`);
   const inFlightAtLoadEnd = r.ok - receiver.count();
   const complete = await receiver.waitFor(r.ok, o.deadlineS * 1000);
   const delivered = receiver.count();

@@ -46,22 +46,24 @@ export const relay: Phase = {
         durationS: S.durationS,
         warmupS: S.warmupS,
         deadlineS: RELAY_DEADLINE_S,
-        body: JSON.stringify(smallEvent(1)),
         meter: () => ctx.meter(),
         quiesce: (label: string) => ctx.quiesce(label),
         ensureAlive: () => dm.ensureAlive(),
         log,
       };
+      // The same event everywhere: wrapped for the emit ingress, as is for the sources' bodies.
+      const event = JSON.stringify(smallEvent(1));
       const runs: RelayRun[] = [];
       for (const t of [
         {
           variant: "single",
           url: `${dm.url}/v1/workflows/${RELAY_WORKFLOW}/events`,
           headers: { authorization: `Bearer ${ctx.key}` },
+          body: `{"event":${event}}`,
           expect: 202,
         },
-        { variant: "queued", url: endpointOf(queuedSource), expect: 200 },
-        { variant: "inline", url: endpointOf(inlineSource), expect: 200 },
+        { variant: "queued", url: endpointOf(queuedSource), body: event, expect: 200 },
+        { variant: "inline", url: endpointOf(inlineSource), body: event, expect: 200 },
       ] as const) {
         log(`relay, ${t.variant}: ${S.durationS}s, ${S.connections} connections, after a ${S.warmupS} s warm-up`);
         const r = await relayRun(o, t);
