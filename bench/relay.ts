@@ -29,11 +29,14 @@ export interface RelayRun {
   readonly variant: RelayVariant;
   /** The closed-loop load; `ok` are the accepted requests (202 emits, 200 source answers). */
   readonly load: StatusLoopResult;
-  /** Events the receiver should get: one per accepted request. */
+  /**
+   * Events the receiver should get: one per accepted request. The load generator stops with up to
+   * a request per connection unanswered, which the daemon may still accept: a few more may arrive.
+   */
   readonly expected: number;
   /** Events the receiver got from the load's start until everything arrived (or the deadline). */
   readonly delivered: number;
-  /** Delivered minus expected ones still on their way when the load stopped. */
+  /** Accepted events not yet delivered when the load stopped. */
   readonly inFlightAtLoadEnd: number;
   /** From the load's start to the last arrival, s. */
   readonly spanS: number;
@@ -89,7 +92,7 @@ export async function relayRun(o: RelayLoad, t: RelayTarget): Promise<RelayRun> 
   const t0 = performance.now();
   const r = await load(o.durationS);
   if (r.ok === 0) throw new Error(`relay ${t.variant}: no request accepted (answers ${JSON.stringify(r.statuses)})`);
-  const inFlightAtLoadEnd = r.ok - receiver.count();
+  const inFlightAtLoadEnd = Math.max(0, r.ok - receiver.count());
   const complete = await receiver.waitFor(r.ok, o.deadlineS * 1000);
   const delivered = receiver.count();
   const cost = await meter(delivered);
