@@ -14,6 +14,7 @@ import { performance } from "node:perf_hooks";
 import type { Cost } from "./meter.js";
 import { hammerStatus, type StatusLoopResult } from "./load.js";
 import type { Receiver } from "./receiver.js";
+import { sleep } from "./stats.js";
 
 /** A trivial HTTP source with a custom response: emits the request body, then answers. */
 export const INLINE_RELAY_COMPONENT = `module.exports = {
@@ -84,6 +85,13 @@ export async function relayRun(o: RelayLoad, t: RelayTarget): Promise<RelayRun> 
     // Every warm-up event must have arrived, or it would be counted as a measured one.
     if (!(await receiver.waitFor(warm.ok, o.deadlineS * 1000))) {
       throw new Error(`relay ${t.variant}: ${receiver.count()} of ${warm.ok} warm-up events delivered within ${o.deadlineS} s`);
+    }
+    // The load generator stops with up to a request per connection unanswered, which the daemon
+    // may have accepted: let their events arrive too (no arrival for half a second).
+    const settleBy = performance.now() + o.deadlineS * 1000;
+    for (let seen = -1; seen !== receiver.count() && performance.now() < settleBy; ) {
+      seen = receiver.count();
+      await sleep(500);
     }
     await o.quiesce(`after the ${t.variant} relay warm-up`);
   }
