@@ -78,8 +78,11 @@ export interface BenchContext {
   readonly key: string;
   log(msg: string): void;
   readonly cleanups: Cleanups;
-  /** Starts a new deployment; it becomes `deployment()`. */
-  deploy(): Promise<Deployment>;
+  /**
+   * Starts a new deployment; it becomes `deployment()`. `env`: daemon settings for this deployment
+   * only, over the runtime phases' (BENCH_DAEMON_ENV still wins).
+   */
+  deploy(env?: Record<string, string>): Promise<Deployment>;
   /** The running deployment (started if none runs). */
   deployment(): Promise<Deployment>;
   /** The running deployment; throws if none runs. */
@@ -92,7 +95,7 @@ export interface BenchContext {
   runtime(): RuntimeContext;
   /** Stops the deployment (if one runs) and keeps its peak RSS for the report. */
   stopDeployment(): Promise<void>;
-  /** Peak RSS of the last deployment stopped, per process. */
+  /** Peak RSS of the deployments stopped so far, per process (the largest of each). */
   readonly peakRssKb: Record<string, number | undefined> | undefined;
 }
 
@@ -158,8 +161,14 @@ export async function buildContext(o: ContextOptions): Promise<BenchContext> {
     },
     log,
     cleanups,
-    async deploy() {
-      const d = await startDeployment({ redisUrl: redisServer.url, adminToken, split: o.split, workerReady, env: RUNTIME_DAEMON_ENV });
+    async deploy(env) {
+      const d = await startDeployment({
+        redisUrl: redisServer.url,
+        adminToken,
+        split: o.split,
+        workerReady,
+        env: { ...RUNTIME_DAEMON_ENV, ...env },
+      });
       cleanups.push(() => d.stop());
       dep = d;
       settled = false;
@@ -222,7 +231,10 @@ export async function buildContext(o: ContextOptions): Promise<BenchContext> {
       const d = dep;
       dep = undefined;
       runtimeCtx = undefined;
-      peakRssKb = d.peakRssKb();
+      // The largest of each process over the deployments (the relay phase runs one of its own).
+      const peak: Record<string, number | undefined> = { ...peakRssKb };
+      for (const [n, kb] of Object.entries(d.peakRssKb())) peak[n] = Math.max(kb ?? 0, peak[n] ?? 0) || undefined;
+      peakRssKb = peak;
       await d.stop();
     },
     get peakRssKb() {

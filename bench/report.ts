@@ -3,6 +3,7 @@ import type { CpuShares } from "./cpu.js";
 import type { LiveTailResult } from "./live-tail.js";
 import type { ClosedLoopResult } from "./load.js";
 import type { Cost } from "./meter.js";
+import type { RelayRun } from "./relay.js";
 import type { HistogramDelta, InlineResult, SandboxResult, SourceHttpResult, TimerResult } from "./runtime.js";
 import { fmt, type Summary } from "./stats.js";
 
@@ -30,6 +31,20 @@ export interface FilterDrainResult {
   /** tributary_deliveries_total{outcome="filtered"} after the filtered drain (undefined when /metrics cannot tell). */
   readonly filteredCount?: number;
 }
+
+/** The relay phase: the same load on three ingresses, delivered to one webhook (bench/relay.ts). */
+export interface RelayResult {
+  readonly single: RelayRun;
+  readonly queued: RelayRun;
+  readonly inline: RelayRun;
+  /** How long the deliveries of a load could take after it stopped, s. */
+  readonly deadlineS: number;
+  /** SOURCE_INLINE_CONCURRENCY of the phase's deployment (its load's connections). */
+  readonly inlineConcurrency: number;
+}
+
+/** Issue 12's target for HTTP-source relay, as a ratio of single-emit relay. */
+export const RELAY_TARGET = 0.5;
 
 export interface Results {
   settings: {
@@ -67,6 +82,7 @@ export interface Results {
   liveTail?: LiveTailResult & { cost: Cost };
   srcInline?: InlineResult & { cost: Cost };
   srcHttp?: SourceHttpResult & { cost: Cost };
+  relay?: RelayResult;
   sandbox?: SandboxResult;
 }
 
@@ -291,6 +307,41 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     lt ? (lt.frames >= lt.emitted * lt.streams ? "every frame arrived" : "❌ frames missing") : "—",
     pct(lt?.cost.pct),
   ]);
+  const rl = r.relay;
+  if (rl) {
+    const relayed = (x: RelayRun) =>
+      `**${fmt(x.perSec)} delivered/s** (${fmt(x.delivered)}/${fmt(x.expected)} in ${fmt(x.spanS, 1)} s from the load's start${x.complete ? "" : ", DEADLINE HIT"}) · ${fmt(x.load.reqPerSec)} req/s accepted, p50 ${fmt(x.load.p50, 1)} ms · p99 ${fmt(x.load.p99, 1)} ms${x.load.bad ? ` · other answers: ${statuses(x.load.statuses)}` : ""}${unitCost(x.cost, "delivered event")}`;
+    rows.push([
+      "9. Relay to a webhook, single emits (emit → fan-out → delivery, end to end)",
+      relayed(rl.single),
+      `the baseline of 9b and 9c: ${fmt(rl.single.inFlightAtLoadEnd)} accepted events not yet delivered when the load stopped`,
+      "—",
+      "(baseline of 9b, 9c)",
+      rl.single.complete ? "all delivered" : "❌ deadline hit",
+      pct(rl.single.cost.pct),
+    ]);
+    for (const [label, x] of [
+      ["9b. HTTP-source relay, queued runs (`$emit(e.body)`), to the same webhook", rl.queued],
+      ["9c. HTTP-source relay, inline runs (`$emit(e.body)` + `this.http.respond`), to the same webhook", rl.inline],
+    ] as const) {
+      const perSecRatio = ratio(x.perSec, rl.single.perSec);
+      const cpuRatio = ratio(daemonUs(rl.single.cost), daemonUs(x.cost));
+      const inline =
+        x === rl.inline ? `; SOURCE_INLINE_CONCURRENCY ${rl.inlineConcurrency} in this deployment (the load's connections)` : "";
+      rows.push([
+        label,
+        relayed(x),
+        `single-emit relay (9): ${fmt(rl.single.perSec)} delivered/s, ${fmt(daemonUs(rl.single.cost) ?? Number.NaN)} µs daemon CPU per delivered event; ${fmt(x.inFlightAtLoadEnd)} accepted events not yet delivered when the load stopped${inline}`,
+        `**${fmt(perSecRatio, 2)}×** delivered/s (CPU/event: ${fmt(cpuRatio, 2)}×)`,
+        `≥ ${RELAY_TARGET}× single-emit relay`,
+        judged(Number.isNaN(perSecRatio) ? undefined : perSecRatio >= RELAY_TARGET && x.complete, noise(rl.single.cost, x.cost), {
+          ok: cpuRatio >= RELAY_TARGET,
+          ratio: cpuRatio,
+        }),
+        pct(x.cost.pct),
+      ]);
+    }
+  }
   const rss = Object.entries(r.peakRssKb ?? {})
     .map(([n, kb]) => `${n} ${kb === undefined ? "n/a" : `${fmt(kb / 1024)} MiB`}`)
     .join(" · ");
@@ -325,6 +376,9 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
       `Source runtime: the daemon runs with SOURCE_HTTP_RATE_PER_SECOND=100000 (the schema's maximum, so the per-source rate limit does not bind) and TIMER_MIN_INTERVAL_SECONDS=1; ` +
       `HTTP-source loads last ${R.durationS} s each (${S.connections} connections for queued runs, drain deadline ${R.drainDeadlineS} s; the inline one after a 1 s warm-up); ` +
       "timer lag per tick = the component's Date.now() − the job scheduler's slot (next − k × 1 s); the sandbox row runs in a child process after the daemon stopped. " +
+      (r.relay
+        ? `Relay rows (9–9c): a deployment of their own (SOURCE_INLINE_CONCURRENCY ${r.relay.inlineConcurrency}); the same closed loop (${S.connections} connections, ${S.durationS} s, after a ${S.warmupS} s warm-up whose events are all delivered first) on each ingress, whose events one webhook subscription delivers to the receiver; delivered/s = events at the receiver ÷ (last arrival − load start), waiting up to ${r.relay.deadlineS} s after the load; CPU per delivered event covers ingest, runs, fan-out and delivery; the CPU ratio is single-emit µs ÷ source µs. `
+        : "") +
       `Total bench time ${fmt(meta.totalS)} s.`,
     "",
     "Redis commands per unit (top 8):",
@@ -332,6 +386,13 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
     `- batch, per event: ${top(r.batch?.cost)}`,
     `- Tributary delivery (drain): ${top(r.drain?.cost)}`,
     `- plain BullMQ delivery: ${top(r.bull?.cost)}`,
+    ...(r.relay
+      ? [
+          `- relay, single emit, per delivered event: ${top(r.relay.single.cost)}`,
+          `- relay, HTTP source queued, per delivered event: ${top(r.relay.queued.cost)}`,
+          `- relay, HTTP source inline, per delivered event: ${top(r.relay.inline.cost)}`,
+        ]
+      : []),
     "",
   ];
   process.stdout.write(out.join("\n"));

@@ -14,7 +14,7 @@
  * without touching the runner or the others.
  *
  * Knobs (environment): BENCH_DURATION_S (10), BENCH_BACKLOG (20000), BENCH_CONNECTIONS (8),
- * BENCH_PHASES (comma list of bullmq,drain,filters,koa,koaredis,single,batch,latency,sse,timer,srcinline,srchttp,sandbox;
+ * BENCH_PHASES (comma list of bullmq,drain,filters,koa,koaredis,single,batch,latency,sse,timer,srcinline,srchttp,relay,sandbox;
  * default all; they run in that order whatever the list's order), BENCH_SOURCE_DURATION_S (5: load
  * per HTTP-source phase), BENCH_SANDBOX_RUNS (2000), BENCH_TIMER_S (10: how long the 1 s timer
  * source ticks), BENCH_SSE_STREAMS (100), BENCH_SSE_RATE (200 emits/s) and BENCH_SSE_DURATION_S (5)
@@ -36,6 +36,7 @@ import { drain } from "./phases/drain.js";
 import { filters } from "./phases/filters.js";
 import { batch, single } from "./phases/ingest.js";
 import { latency } from "./phases/latency.js";
+import { relay } from "./phases/relay.js";
 import { sandbox } from "./phases/sandbox.js";
 import { srchttp, srcinline, timer } from "./phases/sources.js";
 import { sse } from "./phases/sse.js";
@@ -45,9 +46,25 @@ import { type Results, printReport } from "./report.js";
  * Every phase, in the order it runs. Plain BullMQ drains before the daemon's workers start (the
  * drain compares with it); the filters phase (two drains of its own, without and with filtered
  * subscriptions) follows it; the Koa baselines run next to the single-emit ingest they judge; the
- * sandbox runs last, alone.
+ * relay (single emits against HTTP sources, end to end to a webhook) follows the source phases, on
+ * a deployment of its own; the sandbox runs last, alone.
  */
-const PHASES: readonly Phase[] = [bullmq, drain, filters, koa, koaredis, single, batch, latency, sse, timer, srcinline, srchttp, sandbox];
+const PHASES: readonly Phase[] = [
+  bullmq,
+  drain,
+  filters,
+  koa,
+  koaredis,
+  single,
+  batch,
+  latency,
+  sse,
+  timer,
+  srcinline,
+  srchttp,
+  relay,
+  sandbox,
+];
 
 const envInt = (k: string, d: number) => {
   const v = Number(process.env[k]);

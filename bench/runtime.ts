@@ -24,7 +24,8 @@ export const RUNTIME_DAEMON_ENV = {
   SSE_MAX_STREAMS_PER_USER: "0",
 };
 
-const QUEUED_COMPONENT = `module.exports = {
+/** A trivial HTTP source: each request (queued run) emits its body. */
+export const QUEUED_COMPONENT = `module.exports = {
   name: "Bench HTTP",
   version: "0.0.1",
   props: { http: "$.interface.http" },
@@ -140,7 +141,7 @@ export interface RuntimeContext {
   log(msg: string): void;
 }
 
-async function createSource(
+export async function createSource(
   c: RuntimeContext,
   name: string,
   code: string,
@@ -149,12 +150,12 @@ async function createSource(
   return apiData(c.url, c.key, "POST", "/v1/sources", { name, component_code: code, configured_props: props }, 200);
 }
 
-async function deleteSource(c: RuntimeContext, id: string): Promise<void> {
+export async function deleteSource(c: RuntimeContext, id: string): Promise<void> {
   const r = await api(c.url, c.key, "DELETE", `/v1/sources/${id}`);
   if (r.status >= 300) c.log(`  note: DELETE /v1/sources/${id} answered ${r.status}`);
 }
 
-const endpointOf = (s: { configured_props: Record<string, unknown> }) => {
+export const endpointOf = (s: { configured_props: Record<string, unknown> }) => {
   const url = (s.configured_props.http as { endpoint_url?: unknown } | undefined)?.endpoint_url;
   if (typeof url !== "string") throw new Error(`source has no configured_props.http.endpoint_url: ${JSON.stringify(s.configured_props)}`);
   return url;
