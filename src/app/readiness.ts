@@ -26,32 +26,16 @@ export function boundedReadiness(probe: () => Promise<boolean>, deadlineMs = REA
 }
 
 /**
- * How long one readiness answer is reused. Kubernetes probes, `tributary healthcheck` and every
- * Prometheus scrape of `tributary_ready` ask for it; without reuse each asked for a PING and a
- * trivial component build of its own.
+ * `check` run once for every caller that asks while it runs: Kubernetes probes, `tributary
+ * healthcheck` and scrapes of `tributary_ready` arriving together share one PING and one trivial
+ * component build. A finished answer is not reused: a probe right after Redis stalls must see it.
  */
-export const READY_REUSE_MS = 1000;
-
-/**
- * `check` asked at most once per `reuseMs`: callers that ask while a check runs share it, and an
- * answer younger than `reuseMs` is given again without checking.
- */
-export function sharedCheck(check: () => Promise<boolean>, reuseMs = READY_REUSE_MS, now: () => number = Date.now): () => Promise<boolean> {
+export function sharedCheck(check: () => Promise<boolean>): () => Promise<boolean> {
   let running: Promise<boolean> | undefined;
-  let last: { readonly ok: boolean; readonly atMs: number } | undefined;
   return () => {
-    if (running) return running;
-    if (last && now() - last.atMs < reuseMs) return Promise.resolve(last.ok);
-    const started = now();
-    running = check().finally(() => {
+    running ??= check().finally(() => {
       running = undefined;
     });
-    running.then(
-      (ok) => {
-        last = { ok, atMs: started };
-      },
-      () => {},
-    );
     return running;
   };
 }

@@ -25,7 +25,7 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
     },
     ready: new Gauge({
       name: "tributary_ready",
-      help: "1 while this process is ready (what makes /readyz answer 200: Redis answers, its roles run), else 0; checked at scrape time, one check shared per second",
+      help: "1 while this process is ready (what makes /readyz answer 200: Redis answers, its roles run), else 0; checked at scrape time (checks asked for at once share one run)",
       registers,
       async collect() {
         // Until wired (the CLI never is), the gauge keeps its initial 0.
