@@ -122,78 +122,54 @@ export class Sandbox implements SandboxService {
   async run(req: RunRequest): Promise<RunResult> {
     // A run without a user gets an isolate of its source's own: never one shared with other code.
     const owner = req.userId !== undefined ? `user:${req.userId}` : `source:${req.sourceId}`;
-    let ui: UserIsolate;
-    try {
-      ui = await this.users.acquire(owner, req.maxWaitMs);
-    } catch (err) {
-      if (!(err instanceof IsolatesBusyError)) throw err;
-      const error = limitError("SANDBOX_BUSY", err.message);
-      return { emits: [], logs: [], db: req.db, dbChanged: false, error, responded: false, durationMs: 0 };
+    let ui = this.users.acquireLive(owner);
+    if (!ui) {
+      try {
+        ui = await this.users.acquire(owner, req.maxWaitMs);
+      } catch (err) {
+        if (!(err instanceof IsolatesBusyError)) throw err;
+        const error = limitError("SANDBOX_BUSY", err.message);
+        return { emits: [], logs: [], db: req.db, dbChanged: false, error, responded: false, durationMs: 0 };
+      }
     }
+    const isolate = ui;
     // Time spent waiting for an isolate is not the component's: the clock starts now.
     const started = performance.now();
     const deadline = started + this.limits.timeoutMs;
     let timedOut = false;
-    let abortRun: (reason: unknown) => void = () => {};
-    const aborted = new Promise<never>((_, reject) => {
+    // The run's outcome: the guest's answer, or the first reason to stop it (time-out, a fault
+    // while settling a fetch or firing timers, a catastrophic error). One promise for both.
+    let finish: (value: unknown) => void = noop;
+    let abortRun: (reason: unknown) => void = noop;
+    const outcome = new Promise<unknown>((resolve, reject) => {
+      finish = resolve;
       abortRun = reject;
     });
-    aborted.catch(() => {});
     ui.stoppers.add(abortRun);
     const bridge = new HostBridge({ limits: this.limits, fetch: this.fetch, db: req.db, onRespond: req.onRespond, onFault: abortRun });
     const timer = setTimeout(() => {
       // An isolate isolated-vm already disposed for its memory limit did not time out.
-      timedOut = !ui.isolate.isDisposed;
+      timedOut = !isolate.isolate.isDisposed;
       abortRun(new Error("timed out"));
     }, this.limits.timeoutMs);
-    let ctx: SourceContext | undefined;
+    const key = req.codeKey ?? req.compiledCode;
+    // A warm run takes its source's idle context at once; a cold one makes it first.
+    let ctx = req.method === "run" ? this.users.takeIdle(ui, req.sourceId, key) : undefined;
     let out: GuestOutputs | undefined;
     let error: RunError | undefined;
     // Whether the context may serve the next run of its source: not after any failure but the
     // component's own (a time-out, a limit, an isolated-vm error leave its state in doubt).
     let reusable = false;
     try {
-      const execution = (async () => {
-        ctx = await this.users.takeContext(
-          ui,
-          req.sourceId,
-          req.codeKey ?? req.compiledCode,
-          req.compiledCode,
-          req.method === "run",
-          remaining(deadline),
-        );
-        const c = ctx;
-        c.bridge = bridge;
-        // No isolated-vm `timeout` on these entries (see GuestEntries): the run's timer bounds them.
-        bridge.attach({
-          settle: (id, ok, value) => c.dispatch.apply(undefined, ["settle", id, ok, value], { arguments: { copy: true } }),
-          tick: () => c.dispatch.apply(undefined, ["tick"], { result: { promise: true, copy: true } }),
-        });
-        const factory = c.factory;
-        c.factory = undefined;
-        const payload = {
-          method: req.method,
-          sourceId: req.sourceId,
-          props: req.props,
-          event: req.event,
-          db: bridge.dbEntries(),
-        };
-        const options = { result: { promise: true, copy: true }, timeout: remaining(deadline) } as const;
-        if (!factory)
-          return (await c.dispatch.apply(undefined, ["run", undefined, payload], { ...options, arguments: { copy: true } })) as unknown;
-        // The first run of the context evaluates the module: the factory goes in as a reference.
-        try {
-          return (await c.dispatch.apply(
-            undefined,
-            ["run", factory.derefInto(), new ivm.ExternalCopy(payload).copyInto({ release: true })],
-            options,
-          )) as unknown;
-        } finally {
-          factory.release();
-        }
-      })();
-      execution.catch(() => {}); // when `aborted` wins the race, this one rejects later
-      out = asOutputs(await Promise.race([execution, aborted]));
+      if (ctx) {
+        enter(ctx, bridge, req, deadline).then(finish, abortRun);
+      } else {
+        (async () => {
+          ctx = await this.users.takeContext(isolate, req.sourceId, key, req.compiledCode, req.method === "run", remaining(deadline));
+          return enter(ctx, bridge, req, deadline);
+        })().then(finish, abortRun);
+      }
+      out = asOutputs(await outcome);
       reusable = out !== undefined && out.discard !== true;
     } catch (err) {
       error = this.classify(err, ui, timedOut);
@@ -327,6 +303,37 @@ export class Sandbox implements SandboxService {
       // The isolate is already gone.
     }
     this.pool.release(lease, ok);
+  }
+}
+
+const noop = (): void => {};
+const COPY = { copy: true } as const;
+const PROMISE_COPY = { promise: true, copy: true } as const;
+
+/**
+ * The run's one entry into its context: `dispatch("run")`, which answers the run's outputs. No
+ * isolated-vm `timeout` on the fetch and timer entries (see GuestEntries): the run's timer bounds them.
+ */
+async function enter(c: SourceContext, bridge: HostBridge, req: RunRequest, deadline: number): Promise<unknown> {
+  c.bridge = bridge;
+  bridge.attach(c.entries);
+  const payload = { method: req.method, sourceId: req.sourceId, props: req.props, event: req.event, db: bridge.dbEntries() };
+  const factory = c.factory;
+  if (!factory)
+    return c.dispatch.apply(undefined, ["run", undefined, payload], {
+      arguments: COPY,
+      result: PROMISE_COPY,
+      timeout: remaining(deadline),
+    });
+  // The first run of the context evaluates the module: the factory goes in as a reference.
+  c.factory = undefined;
+  try {
+    return await c.dispatch.apply(undefined, ["run", factory.derefInto(), new ivm.ExternalCopy(payload).copyInto({ release: true })], {
+      result: PROMISE_COPY,
+      timeout: remaining(deadline),
+    });
+  } finally {
+    factory.release();
   }
 }
 
