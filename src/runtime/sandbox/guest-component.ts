@@ -178,10 +178,7 @@ function dbSet(key, value) {
 }
 
 // UTF-8 bytes of a string, as the host's Buffer.byteLength counts them (a lone surrogate is 3).
-// ASCII text (most events) is its length: one regexp test, no loop over its characters.
-const NON_ASCII = /[^\u0000-\u007f]/;
 function utf8Length(s) {
-  if (!regExpTest(NON_ASCII, s)) return s.length;
   const n = s.length;
   let bytes = n;
   for (let i = 0; i < n; i++) {
