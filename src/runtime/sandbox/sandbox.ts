@@ -79,6 +79,13 @@ export class Sandbox implements SandboxService {
   private readonly fetch: HostFetch;
   /** How to end the metadata read that holds each leased isolate, at once. */
   private readonly stoppers = new Map<Lease, (err: RunLimitError) => void>();
+  /**
+   * The time limit of the runs in progress: one Node timer for all of them, armed for the earliest
+   * deadline (every run has the same time limit, so the oldest run's deadline comes first), rather
+   * than a timer made and cleared per run. Unreferenced while no run is in progress.
+   */
+  private readonly deadlines = new Set<RunDeadline>();
+  private watchdog: NodeJS.Timeout | undefined;
 
   constructor(limits: SandboxLimits, options: SandboxOptions = {}) {
     this.limits = { ...DEFAULT_LIMITS, ...limits };
@@ -147,11 +154,15 @@ export class Sandbox implements SandboxService {
     });
     ui.stoppers.add(abortRun);
     const bridge = new HostBridge({ limits: this.limits, fetch: this.fetch, db: req.db, onRespond: req.onRespond, onFault: abortRun });
-    const timer = setTimeout(() => {
-      // An isolate isolated-vm already disposed for its memory limit did not time out.
-      timedOut = !isolate.isolate.isDisposed;
-      abortRun(new Error("timed out"));
-    }, this.limits.timeoutMs);
+    const limit: RunDeadline = {
+      at: deadline,
+      expire: () => {
+        // An isolate isolated-vm already disposed for its memory limit did not time out.
+        timedOut = !isolate.isolate.isDisposed;
+        abortRun(new Error("timed out"));
+      },
+    };
+    this.watch(limit);
     const key = req.codeKey ?? req.compiledCode;
     // A warm run takes its source's idle context at once; a cold one makes it first.
     let ctx = req.method === "run" ? this.users.takeIdle(ui, req.sourceId, key) : undefined;
@@ -187,7 +198,7 @@ export class Sandbox implements SandboxService {
         }
       }
     } finally {
-      clearTimeout(timer);
+      this.unwatch(limit);
       ui.stoppers.delete(abortRun);
       bridge.close();
     }
@@ -266,6 +277,33 @@ export class Sandbox implements SandboxService {
   close(): void {
     this.pool.close();
     this.users.close();
+    clearTimeout(this.watchdog);
+    this.watchdog = undefined;
+  }
+
+  private watch(d: RunDeadline): void {
+    this.deadlines.add(d);
+    if (this.watchdog === undefined) this.watchdog = setTimeout(() => this.expire(), this.limits.timeoutMs);
+    else if (this.deadlines.size === 1) this.watchdog.ref();
+  }
+
+  private unwatch(d: RunDeadline): void {
+    this.deadlines.delete(d);
+    if (this.deadlines.size === 0) this.watchdog?.unref();
+  }
+
+  /** Ends the runs whose deadline has passed, and arms the timer for the next one. */
+  private expire(): void {
+    this.watchdog = undefined;
+    const now = performance.now();
+    for (const d of this.deadlines) {
+      if (d.at > now) {
+        this.watchdog = setTimeout(() => this.expire(), Math.ceil(d.at - now));
+        return;
+      }
+      this.deadlines.delete(d);
+      d.expire();
+    }
   }
 
   /** Turns an isolated-vm failure into the run's error; the flags say who stopped the run. */
@@ -306,6 +344,12 @@ export class Sandbox implements SandboxService {
   }
 }
 
+interface RunDeadline {
+  /** performance.now() at which the run's time is up. */
+  at: number;
+  expire: () => void;
+}
+
 const noop = (): void => {};
 const COPY = { copy: true } as const;
 const PROMISE_COPY = { promise: true, copy: true } as const;
@@ -314,7 +358,7 @@ const PROMISE_COPY = { promise: true, copy: true } as const;
  * The run's one entry into its context: `dispatch("run")`, which answers the run's outputs. No
  * isolated-vm `timeout` on the fetch and timer entries (see GuestEntries): the run's timer bounds them.
  */
-async function enter(c: SourceContext, bridge: HostBridge, req: RunRequest, deadline: number): Promise<unknown> {
+function enter(c: SourceContext, bridge: HostBridge, req: RunRequest, deadline: number): Promise<unknown> {
   c.bridge = bridge;
   bridge.attach(c.entries);
   const payload = { method: req.method, sourceId: req.sourceId, props: req.props, event: req.event, db: bridge.dbEntries() };
@@ -327,6 +371,10 @@ async function enter(c: SourceContext, bridge: HostBridge, req: RunRequest, dead
     });
   // The first run of the context evaluates the module: the factory goes in as a reference.
   c.factory = undefined;
+  return enterFirst(c, factory, payload, deadline);
+}
+
+async function enterFirst(c: SourceContext, factory: ivm.Reference, payload: object, deadline: number): Promise<unknown> {
   try {
     return await c.dispatch.apply(undefined, ["run", factory.derefInto(), new ivm.ExternalCopy(payload).copyInto({ release: true })], {
       result: PROMISE_COPY,
