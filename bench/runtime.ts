@@ -379,6 +379,9 @@ export interface SandboxResult extends Summary {
   readonly warmup: number;
   readonly wallMs: number;
   readonly cpuUsPerRun: number;
+  /** The isolate's own CPU per warm run (the guest's share), and other processes' CPU meanwhile (% of one core). */
+  readonly isolateCpuUsPerRun?: number;
+  readonly otherPct?: number;
   /** Failed runs by error code (warm-up included), and the 1-based run index of the first of each. */
   readonly errors: Record<string, number>;
   readonly firstError: Record<string, number>;

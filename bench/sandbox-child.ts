@@ -5,6 +5,10 @@
  * `argv[3]` warm-up runs. Prints `RESULT <json>` on stdout and exits. Failed runs are counted by
  * error code (with the 1-based index of the first, warm-up included), not fatal.
  *
+ * Besides the process's CPU per warm run it reports the isolate's own share (`isolateCpuUsPerRun`,
+ * the guest's time in it) and the CPU the rest of the machine used meanwhile (`otherPct`, % of one
+ * core): runs on a shared machine are only comparable at similar "other" load.
+ *
  * Then the cold case (issue 12): `COLD_RUNS` (100) first runs of as many new sources of one user
  * whose isolate is already warm (a new context: prelude + module), and `COLD_RUNS / 4` first runs
  * of new users (a new isolate too). Each is timed on its own.
@@ -21,6 +25,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { compileComponent } from "../src/runtime/component/compile.js";
 import { Sandbox } from "../src/runtime/sandbox/sandbox.js";
 import { ROOT } from "./child.js";
+import { cpuMeter } from "./cpu.js";
 import { summarize } from "./stats.js";
 
 const runs = Number(process.argv[2] ?? 2000);
@@ -54,6 +59,11 @@ const runOnce = async (sourceId = "dc_bench", userId = "u_bench") => {
 try {
   for (let i = 0; i < warmup; i++) await runOnce();
   const ms: number[] = [];
+  // The isolate's own CPU time (the guest's share of a run) and the rest of the machine's load.
+  type Isolates = { users: { isolates: Map<string, { isolate: { cpuTime: bigint } }> } };
+  const isolate = (sandbox as unknown as Isolates).users.isolates.get("user:u_bench")?.isolate;
+  const isolateCpu0 = isolate?.cpuTime ?? 0n;
+  const meter = cpuMeter({ sandbox: process.pid });
   const cpu0 = process.cpuUsage();
   const wall0 = performance.now();
   for (let i = 0; i < runs; i++) {
@@ -63,6 +73,8 @@ try {
   }
   const wallMs = performance.now() - wall0;
   const cpu = process.cpuUsage(cpu0);
+  const otherPct = meter().pct.other;
+  const isolateCpuUsPerRun = isolate ? Number((isolate.cpuTime ?? 0n) - isolateCpu0) / 1000 / runs : undefined;
   const coldRuns = Number(process.env.COLD_RUNS ?? 100);
   const timed = async (n: number, ids: (i: number) => [string, string]) => {
     const out: number[] = [];
@@ -82,7 +94,7 @@ try {
   const memSources = Number(process.env.MEM_SOURCES ?? 1000);
   if (memSources > 0) memory = await memoryPhase(memSources, Math.max(1, Number(process.env.MEM_USERS ?? 10)));
   process.stdout.write(
-    `RESULT ${JSON.stringify({ ...summarize(ms), runs, warmup, wallMs, cpuUsPerRun: (cpu.user + cpu.system) / runs, errors, firstError, coldSource, coldUser, memory })}\n`,
+    `RESULT ${JSON.stringify({ ...summarize(ms), runs, warmup, wallMs, cpuUsPerRun: (cpu.user + cpu.system) / runs, isolateCpuUsPerRun, otherPct, errors, firstError, coldSource, coldUser, memory })}\n`,
   );
 } finally {
   sandbox.close();

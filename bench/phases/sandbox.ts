@@ -12,7 +12,9 @@ export const sandbox: Phase = {
     );
     const x = await sandboxPhase(S.runtime.sandboxRuns, S.runtime.sandboxWarmup);
     log(`  p50 ${fmt(x.p50, 3)} ms, p99 ${fmt(x.p99, 3)} ms, mean ${fmt(x.mean, 3)} ms per run; failed runs ${JSON.stringify(x.errors)}`);
-    log(`  CPU ${fmt(x.cpuUsPerRun)} µs per warm run`);
+    log(
+      `  CPU ${fmt(x.cpuUsPerRun)} µs per warm run (${fmt(x.isolateCpuUsPerRun ?? Number.NaN)} µs of it in the isolate); other processes used ${fmt(x.otherPct ?? Number.NaN, 0)} % of a core meanwhile`,
+    );
     for (const [what, c] of [
       ["first run of a new source (warm user)", x.coldSource],
       ["first run of a new user", x.coldUser],

@@ -8,13 +8,15 @@ import { FUNCTION_MARKER } from "../../domain/props.js";
  */
 export const GUEST_COMPONENT_SOURCE =
   `
-// Promise.race without the methods a component can replace (Promise.resolve, .then).
-function race(value, failed) {
+// What the run's function returned, settled, or the run's failure (failRun), whichever comes
+// first: one promise, without the methods a component can replace (Promise.resolve, .then).
+function settled(value) {
   return new Promise((resolve, reject) => {
-    promiseThen(failed, undefined, reject);
+    failRun = reject;
     try { promiseThen(value, resolve, reject); } catch (e) { resolve(value); } // not a native promise
   });
 }
+function ignoreFailure() {}
 const FUNCTION_MARKER = ` +
   JSON.stringify(FUNCTION_MARKER) +
   `;
@@ -145,9 +147,9 @@ function describeComponent(factory) {
 //
 // db: the source's state arrives with the run as JSON strings by key; reads parse a fresh copy,
 // writes are checked and kept (the last write of each key is what the host receives).
-let dbState = new Map();
+const dbState = new Map();
 let dbStateBytes = 0;
-let dbWrites = new Map();
+const dbWrites = new Map();
 let dbWritten = 0;
 function dbKey(key) {
   return bounded(String(key), limits.maxDbBytes, "db: the key is longer than the state limit of " + limits.maxDbBytes + " bytes");
@@ -363,14 +365,14 @@ function resetRun(payload) {
   runEmits = [];
   emitsLeft = limits.maxEmitsPerRun;
   emittedBytes = 0;
-  dbState = new Map();
+  mapClearAll(dbState);
   dbStateBytes = 0;
   const db = payload.db;
   for (let i = 0; i < db.length; i++) {
     mapSet(dbState, db[i][0], db[i][1]);
     dbStateBytes += db[i][0].length + db[i][1].length;
   }
-  dbWrites = new Map();
+  mapClearAll(dbWrites);
   dbWritten = 0;
   responded = false;
   mapClearAll(pendingFetches);
@@ -395,11 +397,9 @@ function collect() {
 
 async function runComponent(factory, payload) {
   resetRun(payload);
-  // Rejected by an exception in a timer callback or microtask, which would crash a Node process.
-  let fail;
-  const failed = new Promise((resolve, reject) => { fail = reject; });
-  failRun = fail;
-  promiseThen(failed, undefined, () => {});
+  // An exception in a timer callback or microtask (which would crash a Node process) fails the
+  // run while it is awaited (settled), and is ignored otherwise.
+  failRun = ignoreFailure;
   let error = null;
   try {
     try { globalThis.process.env.PD_COMPONENT = payload.sourceId; } catch (e) { /* the component's own process object */ }
@@ -412,10 +412,11 @@ async function runComponent(factory, payload) {
     }
     const self = makeThis(component, payload.props);
     const fn = payload.method === "run" ? component.run : component.hooks && component.hooks[payload.method];
-    if (typeof fn === "function") await race(reflectApply(fn, self, [payload.method === "run" ? payload.event : undefined]), failed);
+    if (typeof fn === "function") await settled(reflectApply(fn, self, [payload.method === "run" ? payload.event : undefined]));
   } catch (e) {
     error = errorInfo(e);
   } finally {
+    failRun = ignoreFailure;
     consoleOn = false;
     epoch++;
     // RegExp.input and friends hold the last string a regexp searched, for the context's life:

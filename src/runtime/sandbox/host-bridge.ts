@@ -100,15 +100,22 @@ export class HostBridge {
   private abort: AbortController | undefined;
   private entries: GuestEntries | undefined;
   private closed = false;
-  private readonly wake: GuestWake;
+  /** Made by the run's first timer (most runs set none). */
+  private wake: GuestWake | undefined;
 
   constructor(private readonly opts: HostBridgeOptions) {
-    for (const [key, value] of Object.entries(opts.db)) {
-      const json = JSON.stringify(value);
+    for (const key in opts.db) {
+      if (!Object.hasOwn(opts.db, key)) continue;
+      const json = JSON.stringify(opts.db[key]);
       if (json === undefined) continue;
       this.state.set(key, json);
       this.stateBytes += key.length + json.length;
     }
+  }
+
+  private guestWake(): GuestWake {
+    if (this.wake) return this.wake;
+    const opts = this.opts;
     const maxFirings = opts.limits.maxTimerFiringsPerRun;
     this.wake = new GuestWake({
       maxTicks: maxFirings,
@@ -116,11 +123,12 @@ export class HostBridge {
       onLimit: () => opts.onFault(new RunLimitError("TIMER_LIMIT", timerLimitMessage(maxFirings))),
       onFault: opts.onFault,
     });
+    return this.wake;
   }
 
   /** The db state as the guest receives it: `[key, JSON]` pairs. */
   dbEntries(): [string, string][] {
-    return [...this.state];
+    return this.state.size === 0 ? [] : [...this.state];
   }
 
   /**
@@ -164,7 +172,7 @@ export class HostBridge {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    this.wake.close();
+    this.wake?.close();
     this.abort?.abort();
   }
 
@@ -193,7 +201,7 @@ export class HostBridge {
         case "fetch":
           return ["ok", this.startFetch(a, b, c, d, e)];
         case "wake":
-          return ["ok", this.wake.request(Number(a))];
+          return ["ok", this.guestWake().request(Number(a))];
         default:
           return ["err", "unknown host operation"];
       }

@@ -79,6 +79,13 @@ export class Sandbox implements SandboxService {
   private readonly fetch: HostFetch;
   /** How to end the metadata read that holds each leased isolate, at once. */
   private readonly stoppers = new Map<Lease, (err: RunLimitError) => void>();
+  /**
+   * The time limit of the runs in progress: one Node timer for all of them, armed for the earliest
+   * deadline (every run has the same time limit, so the oldest run's deadline comes first), rather
+   * than a timer made and cleared per run. Unreferenced while no run is in progress.
+   */
+  private readonly deadlines = new Set<RunDeadline>();
+  private watchdog: NodeJS.Timeout | undefined;
 
   constructor(limits: SandboxLimits, options: SandboxOptions = {}) {
     this.limits = { ...DEFAULT_LIMITS, ...limits };
@@ -122,78 +129,58 @@ export class Sandbox implements SandboxService {
   async run(req: RunRequest): Promise<RunResult> {
     // A run without a user gets an isolate of its source's own: never one shared with other code.
     const owner = req.userId !== undefined ? `user:${req.userId}` : `source:${req.sourceId}`;
-    let ui: UserIsolate;
-    try {
-      ui = await this.users.acquire(owner, req.maxWaitMs);
-    } catch (err) {
-      if (!(err instanceof IsolatesBusyError)) throw err;
-      const error = limitError("SANDBOX_BUSY", err.message);
-      return { emits: [], logs: [], db: req.db, dbChanged: false, error, responded: false, durationMs: 0 };
+    let ui = this.users.acquireLive(owner);
+    if (!ui) {
+      try {
+        ui = await this.users.acquire(owner, req.maxWaitMs);
+      } catch (err) {
+        if (!(err instanceof IsolatesBusyError)) throw err;
+        const error = limitError("SANDBOX_BUSY", err.message);
+        return { emits: [], logs: [], db: req.db, dbChanged: false, error, responded: false, durationMs: 0 };
+      }
     }
+    const isolate = ui;
     // Time spent waiting for an isolate is not the component's: the clock starts now.
     const started = performance.now();
     const deadline = started + this.limits.timeoutMs;
     let timedOut = false;
-    let abortRun: (reason: unknown) => void = () => {};
-    const aborted = new Promise<never>((_, reject) => {
+    // The run's outcome: the guest's answer, or the first reason to stop it (time-out, a fault
+    // while settling a fetch or firing timers, a catastrophic error). One promise for both.
+    let finish: (value: unknown) => void = noop;
+    let abortRun: (reason: unknown) => void = noop;
+    const outcome = new Promise<unknown>((resolve, reject) => {
+      finish = resolve;
       abortRun = reject;
     });
-    aborted.catch(() => {});
     ui.stoppers.add(abortRun);
     const bridge = new HostBridge({ limits: this.limits, fetch: this.fetch, db: req.db, onRespond: req.onRespond, onFault: abortRun });
-    const timer = setTimeout(() => {
-      // An isolate isolated-vm already disposed for its memory limit did not time out.
-      timedOut = !ui.isolate.isDisposed;
-      abortRun(new Error("timed out"));
-    }, this.limits.timeoutMs);
-    let ctx: SourceContext | undefined;
+    const limit: RunDeadline = {
+      at: deadline,
+      expire: () => {
+        // An isolate isolated-vm already disposed for its memory limit did not time out.
+        timedOut = !isolate.isolate.isDisposed;
+        abortRun(new Error("timed out"));
+      },
+    };
+    this.watch(limit);
+    const key = req.codeKey ?? req.compiledCode;
+    // A warm run takes its source's idle context at once; a cold one makes it first.
+    let ctx = req.method === "run" ? this.users.takeIdle(ui, req.sourceId, key) : undefined;
     let out: GuestOutputs | undefined;
     let error: RunError | undefined;
     // Whether the context may serve the next run of its source: not after any failure but the
     // component's own (a time-out, a limit, an isolated-vm error leave its state in doubt).
     let reusable = false;
     try {
-      const execution = (async () => {
-        ctx = await this.users.takeContext(
-          ui,
-          req.sourceId,
-          req.codeKey ?? req.compiledCode,
-          req.compiledCode,
-          req.method === "run",
-          remaining(deadline),
-        );
-        const c = ctx;
-        c.bridge = bridge;
-        // No isolated-vm `timeout` on these entries (see GuestEntries): the run's timer bounds them.
-        bridge.attach({
-          settle: (id, ok, value) => c.dispatch.apply(undefined, ["settle", id, ok, value], { arguments: { copy: true } }),
-          tick: () => c.dispatch.apply(undefined, ["tick"], { result: { promise: true, copy: true } }),
-        });
-        const factory = c.factory;
-        c.factory = undefined;
-        const payload = {
-          method: req.method,
-          sourceId: req.sourceId,
-          props: req.props,
-          event: req.event,
-          db: bridge.dbEntries(),
-        };
-        const options = { result: { promise: true, copy: true }, timeout: remaining(deadline) } as const;
-        if (!factory)
-          return (await c.dispatch.apply(undefined, ["run", undefined, payload], { ...options, arguments: { copy: true } })) as unknown;
-        // The first run of the context evaluates the module: the factory goes in as a reference.
-        try {
-          return (await c.dispatch.apply(
-            undefined,
-            ["run", factory.derefInto(), new ivm.ExternalCopy(payload).copyInto({ release: true })],
-            options,
-          )) as unknown;
-        } finally {
-          factory.release();
-        }
-      })();
-      execution.catch(() => {}); // when `aborted` wins the race, this one rejects later
-      out = asOutputs(await Promise.race([execution, aborted]));
+      if (ctx) {
+        enter(ctx, bridge, req, deadline).then(finish, abortRun);
+      } else {
+        (async () => {
+          ctx = await this.users.takeContext(isolate, req.sourceId, key, req.compiledCode, req.method === "run", remaining(deadline));
+          return enter(ctx, bridge, req, deadline);
+        })().then(finish, abortRun);
+      }
+      out = asOutputs(await outcome);
       reusable = out !== undefined && out.discard !== true;
     } catch (err) {
       error = this.classify(err, ui, timedOut);
@@ -211,7 +198,7 @@ export class Sandbox implements SandboxService {
         }
       }
     } finally {
-      clearTimeout(timer);
+      this.unwatch(limit);
       ui.stoppers.delete(abortRun);
       bridge.close();
     }
@@ -290,6 +277,33 @@ export class Sandbox implements SandboxService {
   close(): void {
     this.pool.close();
     this.users.close();
+    clearTimeout(this.watchdog);
+    this.watchdog = undefined;
+  }
+
+  private watch(d: RunDeadline): void {
+    this.deadlines.add(d);
+    if (this.watchdog === undefined) this.watchdog = setTimeout(() => this.expire(), this.limits.timeoutMs);
+    else if (this.deadlines.size === 1) this.watchdog.ref();
+  }
+
+  private unwatch(d: RunDeadline): void {
+    this.deadlines.delete(d);
+    if (this.deadlines.size === 0) this.watchdog?.unref();
+  }
+
+  /** Ends the runs whose deadline has passed, and arms the timer for the next one. */
+  private expire(): void {
+    this.watchdog = undefined;
+    const now = performance.now();
+    for (const d of this.deadlines) {
+      if (d.at > now) {
+        this.watchdog = setTimeout(() => this.expire(), Math.ceil(d.at - now));
+        return;
+      }
+      this.deadlines.delete(d);
+      d.expire();
+    }
   }
 
   /** Turns an isolated-vm failure into the run's error; the flags say who stopped the run. */
@@ -327,6 +341,47 @@ export class Sandbox implements SandboxService {
       // The isolate is already gone.
     }
     this.pool.release(lease, ok);
+  }
+}
+
+interface RunDeadline {
+  /** performance.now() at which the run's time is up. */
+  at: number;
+  expire: () => void;
+}
+
+const noop = (): void => {};
+const COPY = { copy: true } as const;
+const PROMISE_COPY = { promise: true, copy: true } as const;
+
+/**
+ * The run's one entry into its context: `dispatch("run")`, which answers the run's outputs. No
+ * isolated-vm `timeout` on the fetch and timer entries (see GuestEntries): the run's timer bounds them.
+ */
+function enter(c: SourceContext, bridge: HostBridge, req: RunRequest, deadline: number): Promise<unknown> {
+  c.bridge = bridge;
+  bridge.attach(c.entries);
+  const payload = { method: req.method, sourceId: req.sourceId, props: req.props, event: req.event, db: bridge.dbEntries() };
+  const factory = c.factory;
+  if (!factory)
+    return c.dispatch.apply(undefined, ["run", undefined, payload], {
+      arguments: COPY,
+      result: PROMISE_COPY,
+      timeout: remaining(deadline),
+    });
+  // The first run of the context evaluates the module: the factory goes in as a reference.
+  c.factory = undefined;
+  return enterFirst(c, factory, payload, deadline);
+}
+
+async function enterFirst(c: SourceContext, factory: ivm.Reference, payload: object, deadline: number): Promise<unknown> {
+  try {
+    return await c.dispatch.apply(undefined, ["run", factory.derefInto(), new ivm.ExternalCopy(payload).copyInto({ release: true })], {
+      result: PROMISE_COPY,
+      timeout: remaining(deadline),
+    });
+  } finally {
+    factory.release();
   }
 }
 

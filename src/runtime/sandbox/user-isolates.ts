@@ -1,7 +1,7 @@
 import ivm from "isolated-vm";
 import { maxArrayElements } from "./guest-lengths.js";
 import { GUEST_PRELUDE_SOURCE } from "./guest-prelude.js";
-import type { HostBridge, Reply } from "./host-bridge.js";
+import type { GuestEntries, HostBridge, Reply } from "./host-bridge.js";
 
 /**
  * Where source runs execute (docs/runtime.md §6, docs/decisions.md §Runtime): one isolate per
@@ -61,6 +61,8 @@ export interface SourceContext {
   readonly codeKey: string;
   readonly context: ivm.Context;
   readonly dispatch: ivm.Reference;
+  /** The host's own entries into the context (fetch results, timers), for whichever run uses it. */
+  readonly entries: GuestEntries;
   /** The module factory, until the first run has evaluated it. */
   factory: ivm.Reference | undefined;
   /** The run using the context now; the guest's callback goes to it. */
@@ -123,6 +125,22 @@ export class UserIsolates {
   /** Live contexts (tests, metrics). */
   get contextCount(): number {
     return this.totalContexts;
+  }
+
+  /**
+   * The owner's live isolate for one run, without waiting (counted in `active` until `release`),
+   * or undefined when it must be made or waited for (`acquire`).
+   */
+  acquireLive(owner: string): UserIsolate | undefined {
+    if (this.closed) return undefined;
+    const ui = this.isolates.get(owner);
+    if (!ui || ui.isolate.isDisposed) return undefined;
+    // Most recently used last.
+    this.isolates.delete(owner);
+    this.isolates.set(owner, ui);
+    ui.active++;
+    ui.runs++;
+    return ui;
   }
 
   /** The owner's isolate for one run (counted in `active` until `release`). */
@@ -216,23 +234,27 @@ export class UserIsolates {
     persistent: boolean,
     timeoutMs: number,
   ): Promise<SourceContext> {
-    if (persistent) {
-      const list = ui.idle.get(sourceId);
-      if (list) {
-        for (let i = list.length - 1; i >= 0; i--) {
-          const ctx = list[i] as SourceContext;
-          if (ctx.codeKey !== key) {
-            // The source's code changed: its contexts of the old code are of no further use.
-            this.releaseContext(ctx);
-            continue;
-          }
-          this.unidle(ctx);
-          return ctx;
-        }
-      }
-    }
+    const idle = persistent ? this.takeIdle(ui, sourceId, key) : undefined;
+    if (idle) return idle;
     this.makeRoom(ui);
     return this.createContext(ui, sourceId, key, code, persistent, timeoutMs);
+  }
+
+  /** An idle context of `sourceId` running the code named `key`, taken at once, if there is one. */
+  takeIdle(ui: UserIsolate, sourceId: string, key: string): SourceContext | undefined {
+    const list = ui.idle.get(sourceId);
+    if (!list) return undefined;
+    for (let i = list.length - 1; i >= 0; i--) {
+      const ctx = list[i] as SourceContext;
+      if (ctx.codeKey !== key) {
+        // The source's code changed: its contexts of the old code are of no further use.
+        this.releaseContext(ctx);
+        continue;
+      }
+      this.unidle(ctx);
+      return ctx;
+    }
+    return undefined;
   }
 
   /** Gives a context back after its run: kept for the next run if `reusable`, else released. */
@@ -314,6 +336,11 @@ export class UserIsolates {
       released: false,
       bridge: undefined,
       dispatch: undefined as unknown as ivm.Reference,
+      // No isolated-vm `timeout` on these (see GuestEntries): the run's timer bounds them.
+      entries: {
+        settle: (id, ok, value) => ctx.dispatch.apply(undefined, ["settle", id, ok, value], { arguments: { copy: true } }),
+        tick: () => ctx.dispatch.apply(undefined, ["tick"], { result: { promise: true, copy: true } }),
+      },
       factory: undefined,
     };
     try {
