@@ -39,7 +39,8 @@ function isNoScript(err: unknown): boolean {
  * collection cost several times what the request's own allocations do (docs/decisions.md
  * "Single-emit ingest cost"). On an auto-pipelined connection the calls of one tick still share one
  * socket write: the first call corks the socket and a `setImmediate` uncorks it, when ioredis would
- * have flushed its auto-pipeline.
+ * have flushed its auto-pipeline. A call made while commands issued before it still wait in the
+ * auto-pipeline joins that pipeline instead, behind them (issue order is kept).
  */
 export function defineScript(redis: Redis, def: ScriptDef): ScriptCall {
   const { name, numberOfKeys, lua } = def;
@@ -54,7 +55,12 @@ export function defineScript(redis: Redis, def: ScriptDef): ScriptCall {
     corked = undefined;
     c?.uncork();
   };
-  const send = (command: string, head: string, keys: readonly string[], args: readonly (string | number)[]) => {
+  const send = (command: "eval" | "evalsha", head: string, keys: readonly string[], args: readonly (string | number)[]) => {
+    // Commands issued before this call that still wait in ioredis's auto-pipeline go first: the
+    // call queues behind them, so Redis sees the connection's commands in the order they were issued.
+    if (batchWrites && redis.autoPipelineQueueSize > 0) {
+      return command === "eval" ? redis.eval(head, numberOfKeys, ...keys, ...args) : redis.evalsha(head, numberOfKeys, ...keys, ...args);
+    }
     if (batchWrites && corked === undefined && redis.status === "ready") {
       const socket = redis.stream;
       socket.cork();

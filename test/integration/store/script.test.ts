@@ -43,6 +43,18 @@ describe("store/script defineScript", () => {
     });
   }
 
+  it("keeps issue order with auto-pipelined commands of the same tick", async () => {
+    const redis = connect(true);
+    await redis.ping();
+    const append = defineScript(redis, APPEND);
+    const key = `${prefix}:mixed`;
+    // A plain command waiting in ioredis's auto-pipeline, then script calls, then a plain command.
+    await Promise.all([redis.rpush(key, "p1"), append([key], ["s1"]), append([key], ["s2"]), redis.rpush(key, "p2")]);
+    // Script calls first in the tick, a plain command after them.
+    await Promise.all([append([key], ["s3"]), redis.rpush(key, "p3"), append([key], ["s4"])]);
+    expect(await redis.lrange(key, 0, -1)).toEqual(["p1", "s1", "s2", "p2", "s3", "p3", "s4"]);
+  });
+
   it("sends the script again after Redis forgot it (NOSCRIPT), and plain commands of the same tick still answer", async () => {
     const redis = connect(true);
     await redis.ping();
