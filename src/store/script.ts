@@ -1,4 +1,5 @@
-import type { Redis } from "ioredis";
+import { createHash } from "node:crypto";
+import { Command, type Redis } from "ioredis";
 
 /**
  * A Lua script of `src/store/scripts/`: its command name on the connection, its fixed number of
@@ -19,23 +20,68 @@ export function script(name: string, numberOfKeys: number, lua: string): ScriptD
 /** Calls a Lua script defined on a connection: exactly `numberOfKeys` keys, then the arguments. */
 export type ScriptCall = (keys: readonly string[], args: readonly (string | number)[]) => Promise<unknown>;
 
-type CommandMethod = (...args: (string | number)[]) => Promise<unknown>;
+/** Redis answers NOSCRIPT to an EVALSHA of a script its cache does not hold (a restart, SCRIPT FLUSH). */
+function isNoScript(err: unknown): boolean {
+  return err instanceof Error && err.message.startsWith("NOSCRIPT");
+}
 
 /**
- * The one loader of Lua scripts: defines a script as a custom command of the connection (EVALSHA
- * with a NOSCRIPT fallback) and returns a typed caller. Call it in a constructor, never lazily: an
- * auto-pipeline already open in the same tick lacks commands defined after it (ioredis copies them
- * when it is created). The key count is fixed, so the auto-pipeline groups each call by its first
- * key (on Redis Cluster a script whose key count is passed as an argument is grouped by that
- * number instead).
+ * The one loader of Lua scripts: returns a typed caller. The first call on each socket of the
+ * connection sends the script itself (`EVAL`, which also caches it in Redis), later ones `EVALSHA`;
+ * an EVALSHA answered NOSCRIPT (SCRIPT FLUSH, a Redis that restarted while a command was queued)
+ * is sent again as EVAL. This is what ioredis does for a custom command.
+ *
+ * Script calls are plain EVAL/EVALSHA commands handed to the connection (`sendCommand`), not
+ * ioredis custom commands, and they skip ioredis's auto-pipeline. Every auto-pipeline is an ioredis
+ * `Pipeline`, which copies each custom command of its connection onto itself (some thirty scripts)
+ * and, worse, keeps the commands of a tick reachable long enough that the young-generation
+ * collector promotes them: about 600 KB per scavenge under single emits, which made garbage
+ * collection cost several times what the request's own allocations do (docs/decisions.md
+ * "Single-emit ingest cost"). On an auto-pipelined connection the calls of one tick still share one
+ * socket write: the first call corks the socket and a `setImmediate` uncorks it, when ioredis would
+ * have flushed its auto-pipeline. A call made while commands issued before it still wait in the
+ * auto-pipeline joins that pipeline instead, behind them (issue order is kept).
  */
 export function defineScript(redis: Redis, def: ScriptDef): ScriptCall {
   const { name, numberOfKeys, lua } = def;
-  if (!(name in redis)) redis.defineCommand(name, { numberOfKeys, lua });
-  const method = (redis as unknown as Record<string, CommandMethod>)[name];
-  if (typeof method !== "function") throw new Error(`script ${name} could not be defined`);
+  const sha = createHash("sha1").update(lua).digest("hex");
+  /** Sockets this script was sent on in full (a reconnection opens a new one). */
+  const loadedOn = new WeakSet<object>();
+  const batchWrites = redis.options.enableAutoPipelining === true;
+  /** The socket this caller corked in the current tick, if any. */
+  let corked: { uncork(): void } | undefined;
+  const uncork = () => {
+    const c = corked;
+    corked = undefined;
+    c?.uncork();
+  };
+  const send = (command: "eval" | "evalsha", head: string, keys: readonly string[], args: readonly (string | number)[]) => {
+    // Commands issued before this call that still wait in ioredis's auto-pipeline go first: the
+    // call queues behind them, so Redis sees the connection's commands in the order they were issued.
+    if (batchWrites && redis.autoPipelineQueueSize > 0) {
+      return command === "eval" ? redis.eval(head, numberOfKeys, ...keys, ...args) : redis.evalsha(head, numberOfKeys, ...keys, ...args);
+    }
+    if (batchWrites && corked === undefined && redis.status === "ready") {
+      const socket = redis.stream;
+      socket.cork();
+      corked = socket;
+      setImmediate(uncork);
+    }
+    const cmd = new Command(command, [head, numberOfKeys, ...keys, ...args], { replyEncoding: "utf8" });
+    redis.sendCommand(cmd);
+    return cmd.promise;
+  };
   return (keys, args) => {
     if (keys.length !== numberOfKeys) throw new Error(`script ${name} takes ${numberOfKeys} keys, got ${keys.length}`);
-    return method.call(redis, ...keys, ...args);
+    const socket: object | undefined = redis.stream;
+    if (socket === undefined || !loadedOn.has(socket)) {
+      if (socket !== undefined) loadedOn.add(socket);
+      return send("eval", lua, keys, args);
+    }
+    return send("evalsha", sha, keys, args).catch((err: unknown) => {
+      if (!isNoScript(err)) throw err;
+      loadedOn.delete(socket);
+      return send("eval", lua, keys, args);
+    });
   };
 }
