@@ -17,7 +17,6 @@ import { observeRequests } from "./middleware/observe.js";
 import { buildOpenApiDocument } from "./openapi/document.js";
 import { OPS_PATHS, opsAnswer } from "./ops-answers.js";
 import { QUEUE_BOARD_PATH, type QueueBoard } from "./queue-board.js";
-import { prefilterMatch } from "./router-match.js";
 import { adminRoutes } from "./routes/admin.js";
 import { componentRoutes } from "./routes/components.js";
 import { docsRoutes, OPENAPI_PATH } from "./routes/docs.js";
@@ -115,9 +114,7 @@ const decodeDollar: Middleware = async (ctx, next) => {
  * without running its admin-token guard (and `/V1/...` without the API-key check).
  */
 function router(prefix?: string): Router {
-  const r = new Router(prefix === undefined ? { sensitive: true } : { prefix, sensitive: true });
-  prefilterMatch(r);
-  return r;
+  return new Router(prefix === undefined ? { sensitive: true } : { prefix, sensitive: true });
 }
 
 /** `/v1…` (the /v1 router is case-sensitive). */
