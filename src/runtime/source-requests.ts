@@ -10,18 +10,19 @@ import { type InboundRequest, verifyInbound } from "../domain/inbound-auth.js";
 import type { Logger } from "../observability/logger.js";
 import type { SourceRunJob } from "../queue/catalog.js";
 import type { Keys } from "../store/keys.js";
-import type { SourceRecord, SourceStore } from "../store/sources.js";
+import type { RunComponent } from "../store/source-cache.js";
+import type { SourceRecord } from "../store/sources.js";
 import type { HttpEvent } from "./http-request.js";
-import type { ComponentCatalog } from "./ports.js";
-import type { Quotas } from "./quotas.js";
+import type { QuotaVerdict, Quotas } from "./quotas.js";
 import type { RateLimiter } from "../store/rate-limit.js";
 import type { SourceRunIntake } from "./run-intake.js";
-import type { SourceRunner } from "./runner.js";
+import type { RunRecords } from "./run-records.js";
+import type { RunSpec, SourceRunner } from "./runner.js";
 import type { HttpResponse } from "./sandbox/types.js";
 
 export interface SourceRequestDeps {
-  sources: SourceStore;
-  components: ComponentCatalog;
+  /** Where the token's source and its component are read (store/source-cache.ts behind it, in the daemon). */
+  records: RunRecords;
   runner: SourceRunner;
   quotas: Quotas;
   limiter: RateLimiter;
@@ -44,6 +45,9 @@ export interface SourceRequestDeps {
  */
 export const DEFAULT_INLINE_RUNS_PER_SOURCE = 2;
 export const INLINE_RUNS_PER_USER = 4;
+
+/** A request's quota verdict once admitted: handed to `take`, so an inline run does not check it again. */
+export type Admitted = Extract<QuotaVerdict, { ok: true }>;
 
 /** Sends a component's custom answer; `sent: false` when it may not be sent (domain/custom-response.ts). */
 export type SendResponse = (r: HttpResponse) => { sent: true } | { sent: false; problem: string };
@@ -79,8 +83,8 @@ export class SourceRequests {
   /** The active source behind `token`; anything else is a 404, whoever asks. */
   async locate(token: string): Promise<SourceRecord> {
     const d = this.d;
-    const target = await d.sources.endpoint(token);
-    const source = target ? await d.sources.get(target.userId, target.sourceId) : undefined;
+    const target = await d.records.endpoint(token);
+    const source = target ? await d.records.source(target.userId, target.sourceId) : undefined;
     if (!source?.active || source.endpoint_token !== token) throw new NotFoundError("no such endpoint", "endpoint_not_found");
     return source;
   }
@@ -96,14 +100,18 @@ export class SourceRequests {
     if (!verdict.ok) throw new UnauthorizedError(verdict.problem);
   }
 
-  /** Admits one more request to `source` once its rate, its user's ingress rate and quota allow. */
-  async admit(source: SourceRecord): Promise<void> {
+  /**
+   * Admits one more request to `source` once its rate, its user's ingress rate and quota allow;
+   * returns the quota verdict (for `take`). The quota is read in the same round trip as the
+   * source's rate is taken (a refused request wastes that read, nothing else).
+   */
+  async admit(source: SourceRecord): Promise<Admitted> {
     const d = this.d;
-    const wait = await d.limiter.take(d.keys.sourceRate(source.user_id, source.id));
+    const [wait, quota] = await Promise.all([d.limiter.take(d.keys.sourceRate(source.user_id, source.id)), d.quotas.check(source.user_id)]);
     if (wait > 0) throw new TooManyRequestsError("this endpoint is receiving too many requests", wait / 1000);
     await d.ingress?.admit(source.user_id, 1);
-    const quota = await d.quotas.check(source.user_id);
     if (!quota.ok) throw new TooManyRequestsError(quota.reason, quota.retryAfterSeconds, "quota_exceeded");
+    return quota;
   }
 
   /**
@@ -112,14 +120,14 @@ export class SourceRequests {
    * its first `this.http.respond()` goes to `send` ("answered"), or the call throws the error to
    * answer with.
    */
-  async take(source: SourceRecord, event: HttpEvent, send: SendResponse): Promise<"queued" | "answered"> {
-    const component = await this.d.components.require(source.user_id, source.component_id);
+  async take(source: SourceRecord, event: HttpEvent, send: SendResponse, admitted?: Admitted): Promise<"queued" | "answered"> {
+    const component = await this.d.records.component(source.user_id, source.component_id);
     const httpProp = component.configurable_props.find((p) => p.name === source.http_prop);
     if (!httpProp?.customResponse) {
       await this.enqueue(source, event);
       return "queued";
     }
-    await this.respond(source, event, send);
+    await this.respond(source, component, event, send, admitted);
     return "answered";
   }
 
@@ -135,7 +143,13 @@ export class SourceRequests {
   }
 
   /** Runs the source now and sends its first respond(); a run that never responds is a clear error. */
-  private async respond(source: SourceRecord, event: HttpEvent, send: SendResponse): Promise<void> {
+  private async respond(
+    source: SourceRecord,
+    component: RunComponent,
+    event: HttpEvent,
+    send: SendResponse,
+    admitted?: Admitted,
+  ): Promise<void> {
     const userId = source.user_id;
     const sourceId = source.id;
     const inFlight = this.inFlight;
@@ -151,7 +165,7 @@ export class SourceRequests {
     };
     let run: Promise<unknown> | undefined;
     try {
-      const answer = await this.runInline(source, event, send);
+      const answer = await this.runInline(source, event, send, admitted && { source, component, quota: admitted });
       run = answer.run;
       if (answer.error) throw answer.error;
     } finally {
@@ -169,6 +183,7 @@ export class SourceRequests {
     source: SourceRecord,
     event: HttpEvent,
     send: SendResponse,
+    checked: RunSpec["checked"],
   ): Promise<{ run: Promise<unknown>; error?: AppError }> {
     const d = this.d;
     const { user_id: userId, id: sourceId } = source;
@@ -176,7 +191,7 @@ export class SourceRequests {
     const response = new Promise<HttpResponse>((resolve) => {
       answered = resolve;
     });
-    const run = d.runner.run({ userId, sourceId, trigger: "http", event, onRespond: (r) => answered(r) });
+    const run = d.runner.run({ userId, sourceId, trigger: "http", event, onRespond: (r) => answered(r), ...(checked ? { checked } : {}) });
     const first = await Promise.race([response.then((r) => ({ r })), run.then((o) => ({ o }))]);
     if ("r" in first) {
       // The run goes on after responding; its emits are recorded when it ends.
