@@ -13,7 +13,7 @@ import type { Keys } from "../store/keys.js";
 import type { SourceCache } from "../store/source-cache.js";
 import type { SourceStore } from "../store/sources.js";
 import type { UserStore } from "../store/users.js";
-import { SourceRequests } from "./source-requests.js";
+import { type IngressGate, SourceRequests } from "./source-requests.js";
 import { RuntimeLifecycle } from "./lifecycle.js";
 import { Quotas } from "./quotas.js";
 import { RateLimiter } from "../store/rate-limit.js";
@@ -50,7 +50,7 @@ export interface RuntimeDeps {
   sourceCache?: SourceCache;
   ingest: Ingest;
   /** The per-user ingress rate that HTTP source requests count against. */
-  ingressRate?: { admit(userId: string, events: number): Promise<void> };
+  ingressRate?: IngressGate;
   timersQueue: Queue;
   now: () => number;
   randomBytes: RandomBytes;

@@ -9,6 +9,7 @@ import {
 import { type InboundRequest, verifyInbound } from "../domain/inbound-auth.js";
 import type { Logger } from "../observability/logger.js";
 import type { SourceRunJob } from "../queue/catalog.js";
+import type { IngressCharge } from "../store/events.js";
 import type { Keys } from "../store/keys.js";
 import type { RunComponent } from "../store/source-cache.js";
 import type { SourceRecord } from "../store/sources.js";
@@ -27,7 +28,7 @@ export interface SourceRequestDeps {
   quotas: Quotas;
   limiter: RateLimiter;
   /** The per-user ingress rate (services/ingress-rate.ts): each request counts one event. */
-  ingress?: { admit(userId: string, events: number): Promise<void> };
+  ingress?: IngressGate;
   keys: Keys;
   /** Where queued runs are made durable (the run stream, or the BullMQ overflow). */
   runs: SourceRunIntake;
@@ -45,6 +46,14 @@ export interface SourceRequestDeps {
  */
 export const DEFAULT_INLINE_RUNS_PER_SOURCE = 2;
 export const INLINE_RUNS_PER_USER = 4;
+
+/** The per-user ingress rate as an endpoint takes it: in the same step as the source's rate. */
+export interface IngressGate {
+  /** What the rate step takes from the user's bucket (undefined: unlimited); throws 413 for more than it holds. */
+  charge(userId: string, events: number): IngressCharge | undefined;
+  /** The 429 for a bucket that could not pay within `waitMs`. */
+  refused(waitMs: number): Error;
+}
 
 /** A request's quota verdict once admitted: handed to `take`, so an inline run does not check it again. */
 export type Admitted = Extract<QuotaVerdict, { ok: true }>;
@@ -102,14 +111,19 @@ export class SourceRequests {
 
   /**
    * Admits one more request to `source` once its rate, its user's ingress rate and quota allow;
-   * returns the quota verdict (for `take`). The quota is read in the same round trip as the
-   * source's rate is taken (a refused request wastes that read, nothing else).
+   * returns the quota verdict (for `take`). Both rates are taken in one step, the source's first
+   * (store/scripts/source-request-rate.ts), and the quota is read in the same round trip (a
+   * refused request wastes that read, nothing else).
    */
   async admit(source: SourceRecord): Promise<Admitted> {
     const d = this.d;
-    const [wait, quota] = await Promise.all([d.limiter.take(d.keys.sourceRate(source.user_id, source.id)), d.quotas.check(source.user_id)]);
-    if (wait > 0) throw new TooManyRequestsError("this endpoint is receiving too many requests", wait / 1000);
-    await d.ingress?.admit(source.user_id, 1);
+    const charge = d.ingress?.charge(source.user_id, 1);
+    const [rates, quota] = await Promise.all([
+      d.limiter.takeThen(d.keys.sourceRate(source.user_id, source.id), charge),
+      d.quotas.check(source.user_id),
+    ]);
+    if (rates.wait > 0) throw new TooManyRequestsError("this endpoint is receiving too many requests", rates.wait / 1000);
+    if (rates.chargeWait > 0 && d.ingress) throw d.ingress.refused(rates.chargeWait);
     if (!quota.ok) throw new TooManyRequestsError(quota.reason, quota.retryAfterSeconds, "quota_exceeded");
     return quota;
   }
