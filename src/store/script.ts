@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import type { Redis } from "ioredis";
 
 /**
@@ -19,23 +20,31 @@ export function script(name: string, numberOfKeys: number, lua: string): ScriptD
 /** Calls a Lua script defined on a connection: exactly `numberOfKeys` keys, then the arguments. */
 export type ScriptCall = (keys: readonly string[], args: readonly (string | number)[]) => Promise<unknown>;
 
-type CommandMethod = (...args: (string | number)[]) => Promise<unknown>;
-
 /**
- * The one loader of Lua scripts: defines a script as a custom command of the connection (EVALSHA
- * with a NOSCRIPT fallback) and returns a typed caller. Call it in a constructor, never lazily: an
- * auto-pipeline already open in the same tick lacks commands defined after it (ioredis copies them
- * when it is created). The key count is fixed, so the auto-pipeline groups each call by its first
- * key (on Redis Cluster a script whose key count is passed as an argument is grouped by that
- * number instead).
+ * The one loader of Lua scripts: returns a typed caller that sends EVALSHA, the script's source
+ * (EVAL) on its first call and after a NOSCRIPT (Redis restarted or its script cache flushed).
+ * Plain EVAL/EVALSHA commands rather than ioredis custom commands (`defineCommand`): ioredis copies
+ * every custom command onto each pipeline it creates, and it creates one per auto-pipelined batch,
+ * so each script defined on a connection made every round trip of that connection dearer
+ * (docs/decisions.md "HTTP-source relay cost"). The key count is fixed, so the auto-pipeline
+ * groups each call by its first key.
  */
 export function defineScript(redis: Redis, def: ScriptDef): ScriptCall {
   const { name, numberOfKeys, lua } = def;
-  if (!(name in redis)) redis.defineCommand(name, { numberOfKeys, lua });
-  const method = (redis as unknown as Record<string, CommandMethod>)[name];
-  if (typeof method !== "function") throw new Error(`script ${name} could not be defined`);
+  const sha = createHash("sha1").update(lua).digest("hex");
+  // Per caller: its first call loads the script (later calls in the same batch follow it in order).
+  let sent = false;
+  const evalSource = (params: (string | number)[]) => redis.eval(lua, numberOfKeys, ...params);
   return (keys, args) => {
     if (keys.length !== numberOfKeys) throw new Error(`script ${name} takes ${numberOfKeys} keys, got ${keys.length}`);
-    return method.call(redis, ...keys, ...args);
+    const params = [...keys, ...args];
+    if (!sent) {
+      sent = true;
+      return evalSource(params);
+    }
+    return redis.evalsha(sha, numberOfKeys, ...params).catch((err: unknown) => {
+      if (err instanceof Error && err.message.includes("NOSCRIPT")) return evalSource(params);
+      throw err;
+    });
   };
 }
