@@ -16,6 +16,7 @@ import { createMetrics } from "../observability/metrics.js";
 import { QUEUES } from "../queue/catalog.js";
 import { createAnalyzer } from "../runtime/analyzer.js";
 import { logSandboxCrash } from "../runtime/fatal.js";
+import { SourceCache } from "../store/source-cache.js";
 import { createRuntime } from "../runtime/index.js";
 import { createComponentFetcher } from "../services/component-fetcher.js";
 import { ComponentService } from "../services/components.js";
@@ -117,6 +118,13 @@ export function createCore(o: CoreOptions) {
   const ingest = new Ingest(stores.events, workflows, metrics, Date.now, ctx.randomBytes, ingressRate);
   // SPEC §12 health events: the Attempter (app/delivery-feature.ts) and PUT /webhooks report here.
   const health = new HealthEvents({ ingest, webhookKey: (userId, id) => keys.webhook(userId, id), logger, metrics });
+  // Sources, their components and users' plans as HTTP source requests and runs read them, kept in
+  // memory while source changes invalidate them over pub/sub (store/source-cache.ts).
+  const sourceCache = new SourceCache(stores.sources, {
+    subscriber: conns.subscriber("source-changes"),
+    channel: keys.listenerChanges(),
+    logger,
+  });
   const runtime = createRuntime({
     config,
     logger,
@@ -131,6 +139,7 @@ export function createCore(o: CoreOptions) {
     users: stores.users,
     sourceStore: stores.sources,
     components,
+    sourceCache,
     ingest,
     ingressRate,
     timersQueue: queues.timers,

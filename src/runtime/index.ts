@@ -10,15 +10,17 @@ import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { ComponentCatalog } from "./ports.js";
 import type { Keys } from "../store/keys.js";
+import type { SourceCache } from "../store/source-cache.js";
 import type { SourceStore } from "../store/sources.js";
 import type { UserStore } from "../store/users.js";
-import { SourceRequests } from "./source-requests.js";
+import { type IngressGate, SourceRequests } from "./source-requests.js";
 import { RuntimeLifecycle } from "./lifecycle.js";
 import { Quotas } from "./quotas.js";
 import { RateLimiter } from "../store/rate-limit.js";
 import { RunBacklog } from "../store/run-backlog.js";
 import { RunStream } from "../store/run-stream.js";
 import { SourceRunIntake } from "./run-intake.js";
+import { RunRecords } from "./run-records.js";
 import { SourceRunner } from "./runner.js";
 import { ProcessSandbox, type SandboxCrash } from "./sandbox/process-sandbox.js";
 import type { HostFetch } from "./sandbox/types.js";
@@ -41,9 +43,14 @@ export interface RuntimeDeps {
   users: UserStore;
   sourceStore: SourceStore;
   components: ComponentCatalog;
+  /**
+   * Sources, components and plans kept in memory (store/source-cache.ts); started with the runtime,
+   * stopped by close(). Without it, requests and runs read them from Redis each time.
+   */
+  sourceCache?: SourceCache;
   ingest: Ingest;
   /** The per-user ingress rate that HTTP source requests count against. */
-  ingressRate?: { admit(userId: string, events: number): Promise<void> };
+  ingressRate?: IngressGate;
   timersQueue: Queue;
   now: () => number;
   randomBytes: RandomBytes;
@@ -107,7 +114,15 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     { memoryMb: config.sandboxMemoryMb, timeoutMs: config.sandboxTimeoutMs },
     { fetch, maxIsolates: config.sourceInlineIsolates, ...onCrash },
   );
-  const quotas = new Quotas(d.redis, d.keys, d.users, {
+  const cache = d.sourceCache;
+  const plans = {
+    plan: (userId: string) => {
+      const load = async () => (await d.users.get(userId))?.plan;
+      return cache ? cache.plan(userId, load) : load();
+    },
+  };
+  const records = new RunRecords(d.sourceStore, d.components, cache);
+  const quotas = new Quotas(d.redis, d.keys, plans, {
     dailyInvocations: config.freeDailyInvocationsQuota,
     dailyComputeMs: config.freeDailyComputeTimeQuotaMs,
   });
@@ -124,6 +139,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     logger: d.logger,
     now: d.now,
     randomBytes: d.randomBytes,
+    records,
   });
   const backlog = new RunBacklog(d.redis, d.keys);
   const runStream = new RunStream(d.redis, d.keys, config.sourceRunStreamPerUser, d.now);
@@ -134,8 +150,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     hookWaitMs: config.sandboxTimeoutMs,
   });
   const requests = new SourceRequests({
-    sources: d.sourceStore,
-    components: d.components,
+    records,
     runner,
     quotas,
     limiter: new RateLimiter(d.redis, config.sourceHttpRatePerSecond, config.sourceHttpRatePerSecond * 2),
@@ -156,6 +171,8 @@ export function createRuntime(d: RuntimeDeps): Runtime {
       // Hooks and queued runs use `sandbox` (every role); `inlineSandbox` (customResponse runs)
       // starts with its first run, sparing its memory (~70 MB) where no source answers inline.
       sandbox.warm();
+      // Not awaited: until the subscription is live, lookups read Redis.
+      void cache?.start();
       if (roles.has("worker")) {
         workers = new RuntimeWorkers({
           connection: d.connection,
@@ -189,6 +206,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     running: () => (workers?.isRunning() ?? true) && (scheduler?.isRunning() ?? true),
     async close() {
       await Promise.all([workers?.close(), scheduler?.close()]);
+      await cache?.stop();
       sandbox.close();
       inlineSandbox.close();
     },

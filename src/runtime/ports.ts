@@ -9,5 +9,5 @@ export interface ComponentCatalog {
   /** The component, or NotFoundError. */
   require(userId: string, id: string): Promise<ComponentRecord>;
   /** The compiled code a run takes, or NotFoundError. */
-  compiled(userId: string, component: ComponentRecord): Promise<string>;
+  compiled(userId: string, component: Pick<ComponentRecord, "id">): Promise<string>;
 }

@@ -1,7 +1,13 @@
 import type { Redis } from "ioredis";
 import type { Keys } from "../store/keys.js";
 import { UsageCounters } from "../store/usage.js";
-import type { UserStore } from "../store/users.js";
+import type { Plan } from "../store/users.js";
+
+/** Where the quota check reads a user's plan (a UserStore, or the source cache in front of one). */
+export interface UserPlans {
+  /** The user's plan; undefined for a user who does not exist. */
+  plan(userId: string): Promise<Plan | undefined>;
+}
 
 export type QuotaVerdict = { ok: true; plan: "free" | "paid" } | { ok: false; reason: string; retryAfterSeconds: number };
 
@@ -15,7 +21,7 @@ export class Quotas {
   constructor(
     redis: Redis,
     keys: Keys,
-    private readonly users: UserStore,
+    private readonly users: UserPlans,
     private readonly limits: { dailyInvocations: number; dailyComputeMs: number },
     private readonly now: () => number = Date.now,
   ) {
@@ -29,9 +35,9 @@ export class Quotas {
   }
 
   async check(userId: string): Promise<QuotaVerdict> {
-    const user = await this.users.get(userId);
-    if (!user) return { ok: false, reason: "user no longer exists", retryAfterSeconds: 3600 };
-    if (user.plan === "paid") return { ok: true, plan: "paid" };
+    const plan = await this.users.plan(userId);
+    if (!plan) return { ok: false, reason: "user no longer exists", retryAfterSeconds: 3600 };
+    if (plan === "paid") return { ok: true, plan: "paid" };
     const { invocations, computeMs } = await this.usage.today(userId, this.now());
     if (invocations >= this.limits.dailyInvocations) {
       return {

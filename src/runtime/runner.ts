@@ -6,11 +6,12 @@ import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import { CompiledCodeCache, codeKey } from "./compiled-code.js";
 import type { ComponentCatalog } from "./ports.js";
-import type { ComponentRecord } from "../store/components.js";
 import { DedupeStateStore } from "../store/dedupe-state.js";
 import type { Keys } from "../store/keys.js";
+import type { RunComponent } from "../store/source-cache.js";
 import type { SourceRecord, SourceStore } from "../store/sources.js";
-import type { Quotas } from "./quotas.js";
+import type { QuotaVerdict, Quotas } from "./quotas.js";
+import { RunRecords } from "./run-records.js";
 import type { HttpResponse, RunMethod, RunResult, SandboxService } from "./sandbox/types.js";
 
 export type Trigger = "http" | "timer" | "event" | "hook";
@@ -32,6 +33,11 @@ export interface RunSpec {
   /** Source-to-source deliveries so far in this chain. */
   hops?: number;
   onRespond?: (r: HttpResponse) => void;
+  /**
+   * What the caller read and checked just now (an inline run: its request's locate and admit), so
+   * the run does not read it again: the source, its component, the user's quota verdict.
+   */
+  checked?: { source: SourceRecord; component: RunComponent; quota: Extract<QuotaVerdict, { ok: true }> };
 }
 
 export type RunOutcome =
@@ -54,6 +60,8 @@ export interface RunnerDeps {
   randomBytes: RandomBytes;
   /** Compiled code kept between runs (default: a new cache of DEFAULT_COMPILED_CACHE_BYTES). */
   compiledCache?: CompiledCodeCache;
+  /** Where sources and components are read (default: from Redis each time). */
+  records?: RunRecords;
 }
 
 /**
@@ -80,15 +88,18 @@ export class SourceRunner {
   private readonly dedupe: DedupeStateStore;
   /** Compiled bundles by component and code hash: no Redis read of the bundle per run. */
   readonly compiledCache: CompiledCodeCache;
+  private readonly records: RunRecords;
 
   constructor(private readonly d: RunnerDeps) {
     this.dedupe = new DedupeStateStore(d.redis, d.keys);
     this.compiledCache = d.compiledCache ?? new CompiledCodeCache();
+    this.records = d.records ?? new RunRecords(d.sources, d.components);
   }
 
   async run(spec: RunSpec): Promise<RunOutcome> {
     const { d } = this;
-    const source = await d.sources.get(spec.userId, spec.sourceId);
+    const checked = spec.checked;
+    const source = checked?.source ?? (await this.records.source(spec.userId, spec.sourceId));
     if (!source) return { status: "skipped", reason: "missing", detail: "source was deleted" };
     if (!source.active) return { status: "skipped", reason: "inactive", detail: "source is inactive" };
     const hops = spec.hops ?? 0;
@@ -98,7 +109,8 @@ export class SourceRunner {
       d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome: "skipped_hops" });
       return { status: "skipped", reason: "hops", detail };
     }
-    const quota = await d.quotas.check(spec.userId);
+    // The quota and the db state in one round trip (the db read is wasted when the quota refuses).
+    const [quota, db] = await Promise.all([checked?.quota ?? d.quotas.check(spec.userId), d.sources.db(source.user_id, source.id)]);
     if (!quota.ok) {
       await this.recordError(
         source,
@@ -109,15 +121,18 @@ export class SourceRunner {
       d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome: "skipped_quota" });
       return { status: "skipped", reason: "quota", detail: quota.reason, retryAfterSeconds: quota.retryAfterSeconds };
     }
-    const component = await d.components.require(spec.userId, source.component_id);
-    const result = await this.execute(source, component, "run", spec.event, spec.onRespond);
+    const component = checked?.component ?? (await this.records.component(spec.userId, source.component_id));
+    const result = await this.execute(source, component, "run", spec.event, spec.onRespond, db ?? {});
     if (result.error?.code === "SANDBOX_BUSY") {
       // Never started (every inline isolate held by other users): not the component's doing.
       d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome: "skipped_busy" });
       return { status: "skipped", reason: "busy", detail: result.error.msg, retryAfterSeconds: 1 };
     }
-    await d.quotas.record(spec.userId, quota.plan, result.durationMs);
-    await this.apply(source, component, result, spec.event, hops);
+    // Independent writes, sent together.
+    await Promise.all([
+      d.quotas.record(spec.userId, quota.plan, result.durationMs),
+      this.apply(source, component, result, spec.event, hops),
+    ]);
     d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome: runOutcome(result.error?.code) });
     d.metrics.sandboxRunDuration.observe({ trigger: spec.trigger }, result.durationMs / 1000);
     return { status: result.error ? "error" : "ok", result };
@@ -126,7 +141,7 @@ export class SourceRunner {
   /** Runs one method of a component for a source, with the source's stored db state. */
   async execute(
     source: SourceRecord,
-    component: ComponentRecord,
+    component: RunComponent,
     method: RunMethod,
     event?: unknown,
     onRespond?: (r: HttpResponse) => void,
@@ -151,7 +166,7 @@ export class SourceRunner {
   }
 
   /** Records what a run or hook did and saves its db state. */
-  async apply(source: SourceRecord, component: ComponentRecord, result: RunResult, originalEvent: unknown, hops: number): Promise<void> {
+  async apply(source: SourceRecord, component: RunComponent, result: RunResult, originalEvent: unknown, hops: number): Promise<void> {
     const { d } = this;
     const userId = source.user_id;
     if (result.dbChanged) await d.sources.saveDb(userId, source.id, result.db);

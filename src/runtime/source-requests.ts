@@ -9,24 +9,26 @@ import {
 import { type InboundRequest, verifyInbound } from "../domain/inbound-auth.js";
 import type { Logger } from "../observability/logger.js";
 import type { SourceRunJob } from "../queue/catalog.js";
+import type { IngressCharge } from "../store/events.js";
 import type { Keys } from "../store/keys.js";
-import type { SourceRecord, SourceStore } from "../store/sources.js";
+import type { RunComponent } from "../store/source-cache.js";
+import type { SourceRecord } from "../store/sources.js";
 import type { HttpEvent } from "./http-request.js";
-import type { ComponentCatalog } from "./ports.js";
-import type { Quotas } from "./quotas.js";
+import type { QuotaVerdict, Quotas } from "./quotas.js";
 import type { RateLimiter } from "../store/rate-limit.js";
 import type { SourceRunIntake } from "./run-intake.js";
-import type { SourceRunner } from "./runner.js";
+import type { RunRecords } from "./run-records.js";
+import type { RunSpec, SourceRunner } from "./runner.js";
 import type { HttpResponse } from "./sandbox/types.js";
 
 export interface SourceRequestDeps {
-  sources: SourceStore;
-  components: ComponentCatalog;
+  /** Where the token's source and its component are read (store/source-cache.ts behind it, in the daemon). */
+  records: RunRecords;
   runner: SourceRunner;
   quotas: Quotas;
   limiter: RateLimiter;
   /** The per-user ingress rate (services/ingress-rate.ts): each request counts one event. */
-  ingress?: { admit(userId: string, events: number): Promise<void> };
+  ingress?: IngressGate;
   keys: Keys;
   /** Where queued runs are made durable (the run stream, or the BullMQ overflow). */
   runs: SourceRunIntake;
@@ -44,6 +46,17 @@ export interface SourceRequestDeps {
  */
 export const DEFAULT_INLINE_RUNS_PER_SOURCE = 2;
 export const INLINE_RUNS_PER_USER = 4;
+
+/** The per-user ingress rate as an endpoint takes it: in the same step as the source's rate. */
+export interface IngressGate {
+  /** What the rate step takes from the user's bucket (undefined: unlimited); throws 413 for more than it holds. */
+  charge(userId: string, events: number): IngressCharge | undefined;
+  /** The 429 for a bucket that could not pay within `waitMs`. */
+  refused(waitMs: number): Error;
+}
+
+/** A request's quota verdict once admitted: handed to `take`, so an inline run does not check it again. */
+export type Admitted = Extract<QuotaVerdict, { ok: true }>;
 
 /** Sends a component's custom answer; `sent: false` when it may not be sent (domain/custom-response.ts). */
 export type SendResponse = (r: HttpResponse) => { sent: true } | { sent: false; problem: string };
@@ -79,8 +92,8 @@ export class SourceRequests {
   /** The active source behind `token`; anything else is a 404, whoever asks. */
   async locate(token: string): Promise<SourceRecord> {
     const d = this.d;
-    const target = await d.sources.endpoint(token);
-    const source = target ? await d.sources.get(target.userId, target.sourceId) : undefined;
+    const target = await d.records.endpoint(token);
+    const source = target ? await d.records.source(target.userId, target.sourceId) : undefined;
     if (!source?.active || source.endpoint_token !== token) throw new NotFoundError("no such endpoint", "endpoint_not_found");
     return source;
   }
@@ -96,14 +109,23 @@ export class SourceRequests {
     if (!verdict.ok) throw new UnauthorizedError(verdict.problem);
   }
 
-  /** Admits one more request to `source` once its rate, its user's ingress rate and quota allow. */
-  async admit(source: SourceRecord): Promise<void> {
+  /**
+   * Admits one more request to `source` once its rate, its user's ingress rate and quota allow;
+   * returns the quota verdict (for `take`). Both rates are taken in one step, the source's first
+   * (store/scripts/source-request-rate.ts), and the quota is read in the same round trip (a
+   * refused request wastes that read, nothing else).
+   */
+  async admit(source: SourceRecord): Promise<Admitted> {
     const d = this.d;
-    const wait = await d.limiter.take(d.keys.sourceRate(source.user_id, source.id));
-    if (wait > 0) throw new TooManyRequestsError("this endpoint is receiving too many requests", wait / 1000);
-    await d.ingress?.admit(source.user_id, 1);
-    const quota = await d.quotas.check(source.user_id);
+    const charge = d.ingress?.charge(source.user_id, 1);
+    const [rates, quota] = await Promise.all([
+      d.limiter.takeThen(d.keys.sourceRate(source.user_id, source.id), charge),
+      d.quotas.check(source.user_id),
+    ]);
+    if (rates.wait > 0) throw new TooManyRequestsError("this endpoint is receiving too many requests", rates.wait / 1000);
+    if (rates.chargeWait > 0 && d.ingress) throw d.ingress.refused(rates.chargeWait);
     if (!quota.ok) throw new TooManyRequestsError(quota.reason, quota.retryAfterSeconds, "quota_exceeded");
+    return quota;
   }
 
   /**
@@ -112,14 +134,14 @@ export class SourceRequests {
    * its first `this.http.respond()` goes to `send` ("answered"), or the call throws the error to
    * answer with.
    */
-  async take(source: SourceRecord, event: HttpEvent, send: SendResponse): Promise<"queued" | "answered"> {
-    const component = await this.d.components.require(source.user_id, source.component_id);
+  async take(source: SourceRecord, event: HttpEvent, send: SendResponse, admitted?: Admitted): Promise<"queued" | "answered"> {
+    const component = await this.d.records.component(source.user_id, source.component_id);
     const httpProp = component.configurable_props.find((p) => p.name === source.http_prop);
     if (!httpProp?.customResponse) {
       await this.enqueue(source, event);
       return "queued";
     }
-    await this.respond(source, event, send);
+    await this.respond(source, component, event, send, admitted);
     return "answered";
   }
 
@@ -135,7 +157,13 @@ export class SourceRequests {
   }
 
   /** Runs the source now and sends its first respond(); a run that never responds is a clear error. */
-  private async respond(source: SourceRecord, event: HttpEvent, send: SendResponse): Promise<void> {
+  private async respond(
+    source: SourceRecord,
+    component: RunComponent,
+    event: HttpEvent,
+    send: SendResponse,
+    admitted?: Admitted,
+  ): Promise<void> {
     const userId = source.user_id;
     const sourceId = source.id;
     const inFlight = this.inFlight;
@@ -151,7 +179,7 @@ export class SourceRequests {
     };
     let run: Promise<unknown> | undefined;
     try {
-      const answer = await this.runInline(source, event, send);
+      const answer = await this.runInline(source, event, send, admitted && { source, component, quota: admitted });
       run = answer.run;
       if (answer.error) throw answer.error;
     } finally {
@@ -169,6 +197,7 @@ export class SourceRequests {
     source: SourceRecord,
     event: HttpEvent,
     send: SendResponse,
+    checked: RunSpec["checked"],
   ): Promise<{ run: Promise<unknown>; error?: AppError }> {
     const d = this.d;
     const { user_id: userId, id: sourceId } = source;
@@ -176,7 +205,7 @@ export class SourceRequests {
     const response = new Promise<HttpResponse>((resolve) => {
       answered = resolve;
     });
-    const run = d.runner.run({ userId, sourceId, trigger: "http", event, onRespond: (r) => answered(r) });
+    const run = d.runner.run({ userId, sourceId, trigger: "http", event, onRespond: (r) => answered(r), ...(checked ? { checked } : {}) });
     const first = await Promise.race([response.then((r) => ({ r })), run.then((o) => ({ o }))]);
     if ("r" in first) {
       // The run goes on after responding; its emits are recorded when it ends.

@@ -111,7 +111,7 @@ export class ComponentService {
   }
 
   /** The sandbox-ready code of a component the user can use. */
-  async compiled(userId: string, component: ComponentRecord): Promise<string> {
+  async compiled(userId: string, component: Pick<ComponentRecord, "id">): Promise<string> {
     const own = await this.store.compiled(userId, component.id);
     if (own) return own;
     for (const entry of (await this.loadRegistry()).values()) if (entry.record.id === component.id) return entry.compiled;

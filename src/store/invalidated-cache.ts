@@ -48,10 +48,10 @@ export class InvalidatedCache<V> {
     this.entries.delete(key);
   }
 
-  /** Drops every entry whose value matches (a scan: meant for rare invalidations by a value's field). */
-  invalidateWhere(matches: (value: V) => boolean): void {
+  /** Drops every entry whose value (or key) matches (a scan: meant for rare invalidations by a value's field). */
+  invalidateWhere(matches: (value: V, key: string) => boolean): void {
     this.generation++;
-    for (const [key, entry] of this.entries) if (matches(entry.value)) this.entries.delete(key);
+    for (const [key, entry] of this.entries) if (matches(entry.value, key)) this.entries.delete(key);
   }
 
   clear(): void {

@@ -6,7 +6,7 @@
  */
 export type Keys = ReturnType<typeof createKeys>;
 
-/** The message on `keys.listenerChanges()`: one webhook or workflow, or every one of the user (`*`). */
+/** The message on `keys.listenerChanges()`: one webhook, workflow or source, or every one of the user (`*`). */
 export function listenerChangeMessage(userId: string, id: string | "*"): string {
   return `${userId} ${id}`;
 }
@@ -32,8 +32,8 @@ export function createKeys(prefix: string) {
     /** pub/sub channel: digests of API keys that stopped working (auth caches drop them) */
     apiKeyRevocations: () => `${g}:apikeys:revoked`,
     /**
-     * pub/sub channel: "<user id> <webhook or workflow id>" (or "<user id> *") after a delivery
-     * listener's record changed (listener caches drop it); see listenerChangeMessage
+     * pub/sub channel: "<user id> <webhook, workflow or source id>" (or "<user id> *") after a
+     * listener's or source's record changed (listener and source caches drop it); see listenerChangeMessage
      */
     listenerChanges: () => `${g}:listeners:changed`,
     /** zset: user ids by creation time */

@@ -1,5 +1,7 @@
 import type { Redis } from "ioredis";
+import type { IngressCharge } from "./events.js";
 import { defineScript, type ScriptCall } from "./script.js";
+import { SOURCE_REQUEST_RATE } from "./scripts/source-request-rate.js";
 import { TOKEN_BUCKET } from "./scripts/token-bucket.js";
 
 /**
@@ -8,6 +10,7 @@ import { TOKEN_BUCKET } from "./scripts/token-bucket.js";
  */
 export class RateLimiter {
   private readonly bucket: ScriptCall;
+  private readonly withCharge: ScriptCall;
 
   constructor(
     redis: Redis,
@@ -16,11 +19,26 @@ export class RateLimiter {
     private readonly now: () => number = Date.now,
   ) {
     this.bucket = defineScript(redis, TOKEN_BUCKET);
+    this.withCharge = defineScript(redis, SOURCE_REQUEST_RATE);
   }
 
   /** Takes `cost` tokens: 0 when the request may go ahead, else the wait in ms (nothing taken). */
   async take(key: string, cost = 1): Promise<number> {
     return Number(await this.bucket([key], [this.ratePerSecond, this.burst, this.now(), cost]));
+  }
+
+  /**
+   * Takes one token from `key`, then, once that one paid, `charge` from its bucket (another rate:
+   * a user's ingress), in one step (store/scripts/source-request-rate.ts); returns each one's wait
+   * in ms (0: taken). Without a charge, the same as `take(key)`.
+   */
+  async takeThen(key: string, charge: IngressCharge | undefined): Promise<{ wait: number; chargeWait: number }> {
+    const args = charge ? [charge.perSecond, charge.burst, charge.cost] : ["", 0, 0];
+    const [wait, chargeWait] = (await this.withCharge(
+      [key, charge?.key ?? key],
+      [this.ratePerSecond, this.burst, this.now(), ...args],
+    )) as [number, number];
+    return { wait: Number(wait), chargeWait: Number(chargeWait) };
   }
 }
 

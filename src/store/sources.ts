@@ -7,6 +7,8 @@ import { CAPPED_INSERT } from "./scripts/capped-insert.js";
 import { parseStored, type StoreContext } from "./context.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
+import { listenerChangeMessage } from "./keys.js";
+import { LocalChanges } from "./local-changes.js";
 
 export interface SourceRecord {
   id: string;
@@ -37,6 +39,12 @@ export interface EndpointTarget {
 
 export class SourceStore {
   private readonly cappedInsert: ScriptCall;
+  /**
+   * "<user id> <source id>" of every source saved or deleted by this process, once committed; other
+   * processes learn it from `keys.listenerChanges()`, published in the change's transaction
+   * (source caches drop the source: store/source-cache.ts).
+   */
+  readonly changes = new LocalChanges();
 
   constructor(
     private readonly ctx: StoreContext,
@@ -141,7 +149,9 @@ export class SourceStore {
       .set(keys.source(record.user_id, record.id), JSON.stringify(record))
       .zadd(keys.sources(record.user_id), "NX", scoreMs, record.id);
     if (record.endpoint_token) tx.hset(keys.endpoints(), record.endpoint_token, `${record.user_id} ${record.id}`);
-    await tx.exec();
+    const message = listenerChangeMessage(record.user_id, record.id);
+    await tx.publish(keys.listenerChanges(), message).exec();
+    this.changes.emit(message);
   }
 
   async endpoint(token: string): Promise<EndpointTarget | undefined> {
@@ -170,7 +180,9 @@ export class SourceStore {
       .del(keys.eventChannels(u, record.id));
     for (const c of channels) tx.del(keys.events(u, record.id, c));
     if (record.endpoint_token) tx.hdel(keys.endpoints(), record.endpoint_token);
-    await tx.exec();
+    const message = listenerChangeMessage(u, record.id);
+    await tx.publish(keys.listenerChanges(), message).exec();
+    this.changes.emit(message);
     await this.releaseSlug(u, record.name_slug, record.id);
   }
 }

@@ -1,6 +1,8 @@
 import type { Redis } from "ioredis";
 import { billingPeriod, utcDay } from "../domain/billing-period.js";
 import type { Keys } from "./keys.js";
+import { defineScript, type ScriptCall } from "./script.js";
+import { USAGE_COUNT } from "./scripts/usage-count.js";
 
 /**
  * Usage counters of source runs (SPEC §5): per UTC day for free users (invocations and compute ms,
@@ -8,10 +10,14 @@ import type { Keys } from "./keys.js";
  * Written by the source runtime, read by its quota check and by `/users/me`.
  */
 export class UsageCounters {
+  private readonly count: ScriptCall;
+
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-  ) {}
+  ) {
+    this.count = defineScript(redis, USAGE_COUNT);
+  }
 
   /** The day's counters at `nowMs`. */
   async today(userId: string, nowMs: number): Promise<{ invocations: number; computeMs: number }> {
@@ -26,31 +32,16 @@ export class UsageCounters {
 
   /** Counts one run: in the billing period for paid users, else in the day with its sandbox time. */
   async countRun(userId: string, plan: "free" | "paid", computeMs: number, nowMs: number): Promise<void> {
+    // One script call rather than a MULTI: it goes out in the same write as the run's other commands.
     if (plan === "paid") {
-      const key = this.keys.billingUsage(userId, billingPeriod(nowMs).start);
-      await this.redis
-        .multi()
-        .hincrby(key, "invocations", 1)
-        .expire(key, 40 * 86_400)
-        .exec();
+      await this.count([this.keys.billingUsage(userId, billingPeriod(nowMs).start)], [1, "", 40 * 86_400]);
       return;
     }
-    const key = this.keys.usage(userId, utcDay(nowMs));
-    await this.redis
-      .multi()
-      .hincrby(key, "invocations", 1)
-      .hincrbyfloat(key, "compute_ms", Math.max(0, computeMs))
-      .expire(key, 2 * 86_400)
-      .exec();
+    await this.count([this.keys.usage(userId, utcDay(nowMs))], [1, Math.max(0, computeMs), 2 * 86_400]);
   }
 
   /** Adds sandbox time without an invocation (lifecycle hooks): free users' daily compute time. */
   async countCompute(userId: string, computeMs: number, nowMs: number): Promise<void> {
-    const key = this.keys.usage(userId, utcDay(nowMs));
-    await this.redis
-      .multi()
-      .hincrbyfloat(key, "compute_ms", Math.max(0, computeMs))
-      .expire(key, 2 * 86_400)
-      .exec();
+    await this.count([this.keys.usage(userId, utcDay(nowMs))], [0, Math.max(0, computeMs), 2 * 86_400]);
   }
 }

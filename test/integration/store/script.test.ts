@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
+import { startEmbeddedRedis } from "../../../src/redis/embedded.js";
 import { defineScript, script } from "../../../src/store/script.js";
 import { dropPrefix, redisUrl, testPrefix } from "../../helpers/redis.js";
 
@@ -56,7 +57,18 @@ describe("store/script defineScript", () => {
   });
 
   it("sends the script again after Redis forgot it (NOSCRIPT), and plain commands of the same tick still answer", async () => {
-    const redis = connect(true);
+    // A Redis of its own: a SCRIPT FLUSH of the shared test Redis would reach every other test's scripts.
+    const server = await startEmbeddedRedis();
+    const redis = new Redis(server.url, { maxRetriesPerRequest: null, enableAutoPipelining: true });
+    try {
+      await noScriptCase(redis);
+    } finally {
+      await redis.quit();
+      await server.close();
+    }
+  });
+
+  async function noScriptCase(redis: Redis): Promise<void> {
     await redis.ping();
     const append = defineScript(redis, APPEND);
     const key = `${prefix}:noscript`;
@@ -68,7 +80,7 @@ describe("store/script defineScript", () => {
     expect(len).toBeGreaterThanOrEqual(2);
     expect(await append([key], ["d"])).toBe(4);
     expect(await redis.lrange(key, 0, -1)).toEqual(["a", "b", "c", "d"]);
-  });
+  }
 
   it("refuses a call with the wrong number of keys", () => {
     const append = defineScript(connect(true), APPEND);
