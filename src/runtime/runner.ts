@@ -34,6 +34,11 @@ export interface RunSpec {
   hops?: number;
   onRespond?: (r: HttpResponse) => void;
   /**
+   * Called once the sandbox is done with the run (before its events are recorded), when it ran:
+   * an inline run's slot stands for a sandbox context, which is free from then on.
+   */
+  onSandboxDone?: () => void;
+  /**
    * What the caller read and checked just now (an inline run: its request's locate and admit), so
    * the run does not read it again: the source, its component, the user's quota verdict.
    */
@@ -123,6 +128,7 @@ export class SourceRunner {
     }
     const component = checked?.component ?? (await this.records.component(spec.userId, source.component_id));
     const result = await this.execute(source, component, "run", spec.event, spec.onRespond, db ?? {});
+    spec.onSandboxDone?.();
     if (result.error?.code === "SANDBOX_BUSY") {
       // Never started (every inline isolate held by other users): not the component's doing.
       d.metrics.sourceRuns.inc({ trigger: spec.trigger, outcome: "skipped_busy" });

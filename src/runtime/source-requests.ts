@@ -172,14 +172,19 @@ export class SourceRequests {
     }
     inFlight.add(sourceId, 1);
     inFlight.add(userId, 1);
-    // The slot is held until the run ends, which may be after it responded.
+    // The slot stands for a sandbox context: it is held until the sandbox is done with the run,
+    // which may be after it responded, but not while the run's events are recorded (a client that
+    // sends its next request as soon as it has the answer would meet its own slot still taken).
+    let held = true;
     const release = () => {
+      if (!held) return;
+      held = false;
       inFlight.add(sourceId, -1);
       inFlight.add(userId, -1);
     };
     let run: Promise<unknown> | undefined;
     try {
-      const answer = await this.runInline(source, event, send, admitted && { source, component, quota: admitted });
+      const answer = await this.runInline(source, event, send, admitted && { source, component, quota: admitted }, release);
       run = answer.run;
       if (answer.error) throw answer.error;
     } finally {
@@ -198,6 +203,7 @@ export class SourceRequests {
     event: HttpEvent,
     send: SendResponse,
     checked: RunSpec["checked"],
+    onSandboxDone: () => void,
   ): Promise<{ run: Promise<unknown>; error?: AppError }> {
     const d = this.d;
     const { user_id: userId, id: sourceId } = source;
@@ -205,7 +211,15 @@ export class SourceRequests {
     const response = new Promise<HttpResponse>((resolve) => {
       answered = resolve;
     });
-    const run = d.runner.run({ userId, sourceId, trigger: "http", event, onRespond: (r) => answered(r), ...(checked ? { checked } : {}) });
+    const run = d.runner.run({
+      userId,
+      sourceId,
+      trigger: "http",
+      event,
+      onRespond: (r) => answered(r),
+      onSandboxDone,
+      ...(checked ? { checked } : {}),
+    });
     const first = await Promise.race([response.then((r) => ({ r })), run.then((o) => ({ o }))]);
     if ("r" in first) {
       // The run goes on after responding; its emits are recorded when it ends.
