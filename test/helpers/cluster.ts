@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { createRequire } from "node:module";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -54,6 +55,12 @@ export interface LocalClusterOptions {
 }
 
 const SLOTS = 16384;
+
+/**
+ * The hash slot of a key, as Redis Cluster computes it (CRC16 of the `{tag}` when there is one,
+ * mod 16384): ioredis's own `cluster-key-slot` (untyped, hence the typed require).
+ */
+export const keySlot: (key: string | Buffer) => number = createRequire(import.meta.url)("cluster-key-slot");
 
 function spawnNode(args: string[], name: string): Omit<ClusterNode, "port" | "busPort" | "slots"> & { kill(): Promise<void> } {
   const child = spawn("redis-server", args, { stdio: ["ignore", "pipe", "pipe"] });
