@@ -47,6 +47,8 @@ const KNOWN_CROSS_SLOT: Readonly<Record<string, string>> = {
     "user record ({user}) written with the global api-key index and user list in one MULTI; becomes ordered idempotent steps (design 4.6)",
   "MULTI at src/store/users.ts UserStore.rotateKey {global}+{user}":
     "api-key index ({global}) and the user record's digest ({user}) changed in one MULTI; key state moves to the global tag (design 4.6)",
+  "MULTI at src/store/sources.ts SourceStore.save {global}+{user}":
+    "updating an HTTP source rewrites its endpoint token (global endpoints hash) in the MULTI of the source record; user MULTI first, then HSET endpoints (design 4.6)",
   "MULTI at src/store/sources.ts SourceStore.delete {global}+{user}":
     "an HTTP source's endpoint token (global endpoints hash) is dropped in the MULTI that deletes the source's keys; HDEL endpoints first, then the user MULTI (design 4.6)",
 };
@@ -289,6 +291,7 @@ async function workload(): Promise<void> {
   const http = ok(await api.post("/v1/sources", { json: { component_code: HTTP_ESM, name: "Inbox" } }), "http source").body.data;
   const endpoint = /"(https?:\/\/[^"]*\/e\/[^"]+)"/.exec(JSON.stringify(http))?.[1];
   if (!endpoint) throw new Error(`no endpoint URL in ${JSON.stringify(http)}`);
+  ok(await api.put(`/v1/sources/${http.id}`, { json: { component_code: HTTP_ESM, name: "Inbox two" } }), "update http source");
   ok(await api.get("/v1/users/me/sources"), "list sources");
 
   // Webhooks (one answering 200, one 500 for retries and the circuit), subscriptions, workflows.
