@@ -25,10 +25,13 @@ import { HTTP_ESM, TIMER_CJS } from "../api/support.js";
  * cannot take a Cluster client yet (`StoreContext.redis` is a `Redis`; the daemon refuses
  * REDIS_CLUSTER_NODES), so the workload runs on the single test Redis.
  *
- * The second test replays one recorded example of every unit on a real 3-master Redis Cluster
- * (test/helpers/cluster.ts), on the node that owns its first key's slot, and asks the server: it
- * also sees keys a script touches without declaring them (built from ARGV), which no client-side
- * lint can.
+ * Explicit pipelines are units too: not atomic, but ioredis's Cluster client sends a pipeline to
+ * one node only. The first test also requires every script of `src/store/scripts/` to have run.
+ *
+ * The second test replays every atomic unit, in the order sent, on a real 3-master Redis Cluster
+ * (test/helpers/cluster.ts), each on the node that owns its first key's slot, and asks the server:
+ * it also sees keys a script touches without declaring them (built from ARGV), which no
+ * client-side lint can.
  *
  * Known violations are listed in KNOWN_CROSS_SLOT with the reason (docs/decisions.md "Redis
  * Cluster groundwork"): the test is green today and fails on any NEW cross-slot unit, and on an
@@ -36,10 +39,10 @@ import { HTTP_ESM, TIMER_CJS } from "../api/support.js";
  */
 
 /**
- * Known cross-slot units, by `<who> <tags>`: who is `script <name>`, `MULTI at <file> <function>`
- * or `<COMMAND> at <file> <function>`; tags the hash-tag classes of its keys (`{global}` is
- * `{<prefix>}`, `{user}` a user's `{u_…}`, `{bull}` BullMQ's). Each with the reason and the fix
- * Milestone 1 plans (docs/decisions.md "Redis Cluster groundwork").
+ * Known cross-slot units, by `<who> <tags>`: who is `script <name>`, `MULTI at <file> <function>`,
+ * `PIPELINE at <file> <function>` or `<COMMAND> at <file> <function>`; tags are the hash-tag
+ * classes of its keys (`{global}` is `{<prefix>}`, `{user}` a user's `{u_…}`, `{bull}` BullMQ's).
+ * Each with the reason and the fix Milestone 1 plans (docs/decisions.md "Redis Cluster groundwork").
  */
 const KNOWN_CROSS_SLOT: Readonly<Record<string, string>> = {
   "script tribRecordEvents {global}+{user}":
