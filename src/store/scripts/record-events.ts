@@ -34,16 +34,16 @@ export const RECORD_EVENTS: ScriptDef = script(
   "tribRecordEvents",
   7,
   `${TAKE_TOKENS_LUA}
-if ARGV[7] == '1' and redis.call('EXISTS', KEYS[6]) == 0 then return false end
-local cost = tonumber(ARGV[8])
+if KEYS[6] ~= KEYS[1] and redis.call('EXISTS', KEYS[6]) == 0 then return false end
+local cost = tonumber(ARGV[7])
 if cost > 0 then
-  local wait = take_tokens(KEYS[7], tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), cost)
+  local wait = take_tokens(KEYS[7], tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[4]), cost)
   if wait > 0 then return wait end
 end
 local listened = redis.call('EXISTS', KEYS[4], KEYS[5]) > 0
 local ids = {}
 redis.call('SADD', KEYS[3], ARGV[3])
-for i = 12, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   local id = redis.call('XADD', KEYS[1], 'MAXLEN', '=', 100, '*', 'r', ARGV[i])
   if listened then
     redis.call('XADD', KEYS[2], '*', 'u', ARGV[1], 'e', ARGV[2], 'c', ARGV[3], 'i', id, 't', ARGV[4], 'h', ARGV[5], 'k', ARGV[6], 'p', ARGV[i + 1])
