@@ -24,9 +24,11 @@ export function pageRequest(ctx: Context): PageRequest {
 function filterOf(ctx: Context) {
   const body = (ctx.request as { body?: unknown }).body;
   const fromBody = body && typeof body === "object" && !Array.isArray(body) ? (body as Record<string, unknown>) : undefined;
+  // No query string, no query parameters: skip Koa's parsed-query lookup (most requests).
+  const query = ctx.querystring === "" ? undefined : ctx.query;
   const pick = (k: string): unknown => {
     if (fromBody && Object.hasOwn(fromBody, k)) return fromBody[k];
-    const v = ctx.query[k];
+    const v = query?.[k];
     return Array.isArray(v) ? v[0] : v;
   };
   return parseFieldFilter(pick("include"), pick("exclude"));

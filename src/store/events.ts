@@ -103,6 +103,8 @@ export class EventStore {
   async recordGuarded(input: RecordInput, guardKey: string | undefined, charge?: IngressCharge): Promise<ChargedRecord | null> {
     const channel = normalizeChannel(input.channel);
     const summaryKey = this.keys.events(input.userId, input.emitterId, channel);
+    // The script checks KEYS[6] only when it differs from KEYS[1] (a guard is never a summary stream).
+    if (guardKey === summaryKey) throw new Error("recordGuarded: the guard key cannot be the summary stream");
     const args: string[] = [
       input.userId,
       input.emitterId,
@@ -110,11 +112,9 @@ export class EventStore {
       String(input.acceptedAtMs),
       String(input.hops ?? 0),
       input.emitterKind,
-      guardKey === undefined ? "0" : "1",
-      String(charge?.cost ?? 0),
-      String(charge?.perSecond ?? 0),
-      String(charge?.burst ?? 0),
-      String(input.acceptedAtMs),
+      charge === undefined ? "0" : String(charge.cost),
+      charge === undefined ? "0" : String(charge.perSecond),
+      charge === undefined ? "0" : String(charge.burst),
     ];
     const wrap = input.emitterKind === "workflow" && channel !== "$errors" ? ',"w":1' : "";
     for (const e of input.events) {

@@ -49,11 +49,13 @@ export function jsonBody(limitBytes: number) {
         throw err;
       }
     }
-    await parse(ctx, async () => {
+    // Not async: the parser awaits what this returns (a throw here rejects its promise), so no
+    // promise of its own per request.
+    await parse(ctx, () => {
       if (exceedsDepth((ctx.request as { body?: unknown }).body)) {
         throw new ValidationError(`request body nests deeper than ${MAX_JSON_DEPTH} levels`, "invalid_body");
       }
-      await next();
+      return next();
     });
   };
 }
