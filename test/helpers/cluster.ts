@@ -1,10 +1,10 @@
-import { type ChildProcess, spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import { freePort, redisAnswersPing } from "../../src/redis/embedded.js";
+import { onRedisNode, spawnRedisNode } from "./redis-node.js";
 import { waitFor } from "./wait.js";
 
 /**
@@ -17,11 +17,6 @@ import { waitFor } from "./wait.js";
  * `stop()` SIGKILLs every node and removes the folder; a process-exit hook SIGKILLs whatever is
  * left if the test worker goes away first.
  */
-
-const live = new Set<ChildProcess>();
-process.once("exit", () => {
-  for (const c of live) c.kill("SIGKILL");
-});
 
 export interface ClusterNode {
   readonly port: number;
@@ -62,56 +57,15 @@ const SLOTS = 16384;
  */
 export const keySlot: (key: string | Buffer) => number = createRequire(import.meta.url)("cluster-key-slot");
 
+/** A cluster node's process (test/helpers/redis-node.ts). */
 function spawnNode(args: string[], name: string): Omit<ClusterNode, "port" | "busPort" | "slots"> & { kill(): Promise<void> } {
-  const child = spawn("redis-server", args, { stdio: ["ignore", "pipe", "pipe"] });
-  if (child.pid === undefined) throw new Error(`${name}: spawn failed`);
-  live.add(child);
-  const lines: string[] = [];
-  const collect = (chunk: Buffer) => {
-    for (const l of chunk.toString("utf8").split("\n")) if (l.trim()) lines.push(`[${name}] ${l}`);
-    while (lines.length > 200) lines.shift();
-  };
-  child.stdout?.on("data", collect);
-  child.stderr?.on("data", collect);
-  let done = false;
-  const exit = new Promise<void>((resolve) =>
-    child.once("exit", () => {
-      done = true;
-      live.delete(child);
-      resolve();
-    }),
-  );
-  return {
-    pid: child.pid,
-    exited: () => done,
-    log: () => lines.join("\n"),
-    async kill() {
-      if (done) return;
-      child.kill("SIGKILL");
-      await exit;
-    },
-  };
+  const p = spawnRedisNode(args, name);
+  return { pid: p.pid, exited: p.exited, log: p.log, kill: () => p.signal("SIGKILL") };
 }
 
 /** One short-lived admin connection to a node (fails fast: no retries, bounded timeouts). */
-async function onNode<T>(port: number, fn: (r: Redis) => Promise<T>): Promise<T> {
-  const r = new Redis({
-    port,
-    host: "127.0.0.1",
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    connectTimeout: 2000,
-    commandTimeout: 5000,
-  });
-  r.on("error", () => {});
-  try {
-    await r.connect();
-    return await fn(r);
-  } finally {
-    r.disconnect();
-  }
-}
+const onNode = <T>(port: number, fn: (r: Redis) => Promise<T>): Promise<T> =>
+  onRedisNode(port, fn, { connectTimeoutMs: 2000, commandTimeoutMs: 5000 });
 
 /** The contiguous slot range of master `i` of `n` (the last one takes the remainder). */
 export function slotRange(i: number, n: number): [number, number] {

@@ -1,10 +1,10 @@
-import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import { freePort, redisAnswersPing } from "../../src/redis/embedded.js";
+import { onRedisNode, type RedisNodeProcess, spawnRedisNode } from "./redis-node.js";
 import { waitFor } from "./wait.js";
 
 /**
@@ -15,19 +15,8 @@ import { waitFor } from "./wait.js";
  * a process-exit hook if the test worker goes away first).
  */
 
-const live = new Set<ChildProcess>();
-process.once("exit", () => {
-  for (const c of live) c.kill("SIGKILL");
-});
-
-export interface NodeProcess {
+export interface NodeProcess extends RedisNodeProcess {
   readonly port: number;
-  readonly pid: number;
-  /** Sends a signal (SIGKILL waits for the exit). */
-  signal(sig: NodeJS.Signals): Promise<void>;
-  exited(): boolean;
-  /** The last lines the process printed. */
-  log(): string;
 }
 
 export interface SentinelGroup {
@@ -62,58 +51,8 @@ export interface SentinelGroupOptions {
   readonly failoverTimeoutMs?: number;
 }
 
-function start(args: string[], name: string): NodeProcess & { port: number } {
-  const child = spawn("redis-server", args, { stdio: ["ignore", "pipe", "pipe"] });
-  if (child.pid === undefined) throw new Error(`${name}: spawn failed`);
-  live.add(child);
-  const lines: string[] = [];
-  const collect = (chunk: Buffer) => {
-    for (const l of chunk.toString("utf8").split("\n")) if (l.trim()) lines.push(`[${name}] ${l}`);
-    while (lines.length > 200) lines.shift();
-  };
-  child.stdout?.on("data", collect);
-  child.stderr?.on("data", collect);
-  let done = false;
-  const exit = new Promise<void>((resolve) =>
-    child.once("exit", () => {
-      done = true;
-      live.delete(child);
-      resolve();
-    }),
-  );
-  const pid = child.pid;
-  return {
-    port: 0,
-    pid,
-    exited: () => done,
-    log: () => lines.join("\n"),
-    async signal(sig) {
-      if (done) return;
-      child.kill(sig);
-      if (sig === "SIGKILL") await exit;
-    },
-  };
-}
-
-async function ask<T>(port: number, password: string | undefined, fn: (r: Redis) => Promise<T>): Promise<T> {
-  const r = new Redis({
-    port,
-    host: "127.0.0.1",
-    password,
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    connectTimeout: 1000,
-    commandTimeout: 2000,
-  });
-  r.on("error", () => {});
-  try {
-    await r.connect();
-    return await fn(r);
-  } finally {
-    r.disconnect();
-  }
-}
+const ask = <T>(port: number, password: string | undefined, fn: (r: Redis) => Promise<T>): Promise<T> =>
+  onRedisNode(port, fn, { password });
 
 /** `SENTINEL master/replicas` answers as objects. */
 function fields(flat: unknown): Record<string, string> {
@@ -155,7 +94,7 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
         ...(i === 0 ? [] : [`replicaof 127.0.0.1 ${masterPort}`]),
       ];
       writeFileSync(path.join(nodeDir, "redis.conf"), `${conf.join("\n")}\n`);
-      const p = start([path.join(nodeDir, "redis.conf")], i === 0 ? "master" : `replica-${i}`);
+      const p = spawnRedisNode([path.join(nodeDir, "redis.conf")], i === 0 ? "master" : `replica-${i}`);
       nodes.push({ ...p, port });
     }
     for (const n of nodes) {
@@ -181,7 +120,7 @@ export async function startSentinelGroup(opts: SentinelGroupOptions = {}): Promi
       ];
       // Sentinel rewrites its config file: it must be writable.
       writeFileSync(path.join(sDir, "sentinel.conf"), `${conf.join("\n")}\n`);
-      const p = start([path.join(sDir, "sentinel.conf"), "--sentinel"], `sentinel-${i + 1}`);
+      const p = spawnRedisNode([path.join(sDir, "sentinel.conf"), "--sentinel"], `sentinel-${i + 1}`);
       sentinels.push({ ...p, port });
     }
   } catch (err) {
