@@ -65,7 +65,6 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     rateLimit: (userId, webhookId, rate) => webhookRates.take(keys.webhookRate(userId, webhookId), rate),
     health: core.health,
     circuit,
-    onCircuitChange: core.health.onCircuitChange,
     logger,
     metrics,
   });

@@ -39,11 +39,6 @@ export interface AttempterDeps {
   health?: HealthReporter;
   /** Webhook circuit breakers (delivery/circuit.ts), shared by every worker process. Without it, none. */
   circuit?: Pick<CircuitBreaker, "admit" | "record">;
-  /**
-   * Called once per circuit transition, by the process whose attempt made it: "opened" when a
-   * closed circuit opens (not when a failed probe reopens it), "closed" when it closes. Must not throw.
-   */
-  onCircuitChange?: (userId: string, webhookId: string, change: "opened" | "closed") => void;
   logger: Logger;
   metrics: Metrics;
   now?: () => number;
@@ -188,7 +183,7 @@ export class Attempter {
       if (change === undefined) return;
       this.d.metrics.circuitTransitions.inc({ to: change === "closed" ? "closed" : "open" });
       this.d.logger.info({ userId: job.userId, webhookId: job.listenerId, change }, "webhook circuit changed");
-      if (change !== "reopened") this.d.onCircuitChange?.(job.userId, job.listenerId, change);
+      if (change !== "reopened") this.d.health?.onCircuitChange(job.userId, job.listenerId, change);
     } catch (err) {
       this.d.logger.warn({ err, deliveryId: job.deliveryId }, "could not apply an attempt to its webhook's circuit");
     }

@@ -14,4 +14,10 @@ export interface HealthReporter {
   deliveryFailed(record: DeliveryRecord, hops: number): Promise<void>;
   /** A delivery deactivated the webhook (410 Gone or `webhook-delivery: disable`); `why` is the verdict's reason. */
   webhookDeactivated(userId: string, webhookId: string, why: string, deliveryId: string): Promise<void>;
+  /**
+   * A webhook's circuit changed, told once per transition by the process whose attempt made it:
+   * "opened" when a closed circuit opens (not when a failed probe reopens it), "closed" when it
+   * closes. Returns at once and never throws.
+   */
+  onCircuitChange(userId: string, webhookId: string, change: "opened" | "closed"): void;
 }

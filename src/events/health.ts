@@ -6,7 +6,7 @@ import { type DeliveryRecord, deliveryView } from "../store/attempt-log.js";
 import type { EmitMeta } from "../store/events.js";
 import type { Ingest } from "./ingest.js";
 
-/** How the circuit breaker reports a change of a webhook's circuit (the Attempter's `onCircuitChange`). */
+/** How the circuit breaker reports a change of a webhook's circuit (`HealthReporter.onCircuitChange`). */
 export type CircuitChange = "opened" | "closed";
 
 export interface HealthEventsDeps {
@@ -78,7 +78,7 @@ export class HealthEvents implements HealthReporter {
   }
 
   /**
-   * The circuit breaker's report, with the signature of the Attempter's `onCircuitChange`:
+   * The circuit breaker's report, `HealthReporter.onCircuitChange`:
    * `opened` is `$webhook_disabled`, `closed` `$webhook_recovered`. Returns at once; the record
    * runs on its own (it cannot fail the caller).
    */

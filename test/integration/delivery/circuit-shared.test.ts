@@ -74,7 +74,11 @@ async function workerProcess(withHints = false): Promise<Process> {
     webhooks,
     scheduleMs: [100, 200, 400],
     circuit: breaker,
-    onCircuitChange: (_userId, webhookId, change) => changes.push(`${webhookId} ${change}`),
+    health: {
+      deliveryFailed: async () => {},
+      webhookDeactivated: async () => {},
+      onCircuitChange: (_userId, webhookId, change) => changes.push(`${webhookId} ${change}`),
+    },
     logger,
     metrics: createMetrics(registry, { defaultMetrics: false }),
   });
