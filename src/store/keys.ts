@@ -1,10 +1,21 @@
+import { shardOf, shardTags } from "./shard-layout.js";
+
 /**
- * The only place that knows Redis key names. Every key of a user carries the user's hash tag
- * (`<prefix>:{u_abc}:...`) so that each multi-key atomic step stays inside one tag and Redis
- * Cluster stays possible. Global lookups (API key hash -> user, endpoint token -> source) are
- * single-key operations under the `{<prefix>}` tag.
+ * The only place that knows Redis key names, and what hash tag each carries (SPEC §8):
+ * - **a user's data**: `<prefix>:{<shard tag>}:<user id>:...`, the tag of the user's shard
+ *   (`store/shard-layout.ts`), so each multi-key atomic step of a user stays in one slot, and the
+ *   record step can append to the shard's outbox in the same script;
+ * - **a shard's streams**: `<prefix>:{<shard tag>}:outbox`, in the slot of its users;
+ * - **global lookups** (API key hash -> user, endpoint token -> source, the user list, timers and
+ *   leases): small, single-key steps or one-slot steps under the `{<prefix>}` tag;
+ * - **BullMQ queues**: one tag per queue name (`queuePrefix`), so no one node carries them all.
+ * Until layout 2 (the shard tags), a user's keys were `<prefix>:{<user id>}:...` and there was one
+ * outbox under the global tag: `legacy*` name them for the migration (store/layout-migration.ts).
  */
 export type Keys = ReturnType<typeof createKeys>;
+
+/** OUTBOX_SHARDS's default: the shards of a deployment that did not choose (fixed once written). */
+export const DEFAULT_OUTBOX_SHARDS = 16;
 
 /** The message on `keys.listenerChanges()`: one webhook, workflow or source, or every one of the user (`*`). */
 export function listenerChangeMessage(userId: string, id: string | "*"): string {
@@ -16,14 +27,35 @@ export function normalizeChannel(name: string | undefined | null): string {
   return !name || name === "default" ? "" : name;
 }
 
-export function createKeys(prefix: string) {
+export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARDS) {
   const g = `${prefix}:{${prefix}}`;
-  const u = (userId: string) => `${prefix}:{${userId}}`;
+  const tags = shardTags(prefix, shards);
+  const shardKey = (shard: number) => `${prefix}:{${tags[shard]}}`;
+  const u = (userId: string) => `${shardKey(shardOf(userId, shards))}:${userId}`;
   return {
     prefix,
+    /** OUTBOX_SHARDS: how many shards (each with its outbox stream and hash tag) the key space has. */
+    shards,
+    /** The hash tag of each shard, by shard number. */
+    shardTags: tags,
+    /** The shard a user's data lives in. */
+    shardOf: (userId: string) => shardOf(userId, shards),
+    /** hash: the deployment's layout (`version`, `outbox_shards`), written at first start and checked at every start */
+    layout: () => `${g}:layout`,
     /** SCAN pattern of every key under a user's hash tag (all of the user's data). */
     userPattern: (userId: string) => `${u(userId)}:*`,
-    /** BullMQ queue prefix (one hash tag for all queues, as BullMQ documents for Cluster). */
+    /** What every key of a user starts with (then `:`): `<prefix>:{<shard tag>}:<user id>`. */
+    userKeyBase: (userId: string) => u(userId),
+    /**
+     * BullMQ prefix of a queue: each queue name has its own hash tag (BullMQ needs a queue's keys
+     * in one slot; SPEC §8 wants queues spread). The delivery queue keeps layout 1's `{bull}`, so
+     * retries already queued (some hours out) stay where workers look; the others moved.
+     */
+    queuePrefix: (queue: "delivery" | "source-run" | "maintenance" | "timers") =>
+      queue === "delivery" ? `${prefix}:{bull}` : `${prefix}:{bull.${queue}}`,
+    /** Layout 1's prefix of every BullMQ queue (store/layout-migration.ts moves the others' jobs). */
+    legacyBullPrefix: `${prefix}:{bull}`,
+    /** TODO(layout 2): every queue under one tag, until each queue opens with `queuePrefix`. */
     bullPrefix: `${prefix}:{bull}`,
 
     // ---- global ----
@@ -119,6 +151,14 @@ export function createKeys(prefix: string) {
 
     /** stream: the outbox read by fan-out workers through a consumer group */
     outbox: () => `${g}:outbox`,
+    /** stream: shard `shard`'s outbox, in its users' slot (the record script appends to it) */
+    shardOutbox: (shard: number) => `${shardKey(shard)}:outbox`,
+    /** stream: the outbox of a user's shard */
+    outboxOf: (userId: string) => `${shardKey(shardOf(userId, shards))}:outbox`,
+    /** Layout 1's single outbox stream, under the global tag (drained by the migration) */
+    legacyOutbox: () => `${g}:outbox`,
+    /** Layout 1's prefix of a user's keys, `<prefix>:{<user id>}` (every key of the user starts with it and `:`) */
+    legacyUserKey: (userId: string) => `${prefix}:{${userId}}`,
     /** stream: "reconcile this source's timer" requests for the scheduler role */
     timerControl: () => `${g}:timers:control`,
     /** zset: "<user id> <webhook id>" of every webhook whose circuit is open, by opening time (the open-circuits gauge) */

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { closeHarness, createWebhook, harness, type Harness } from "../../helpers/delivery-e2e.js";
 import { seedDeliveries, type SeedDelivery } from "../../helpers/attempt-log-seed.js";
+import { createKeys } from "../../../src/store/keys.js";
 
 /**
  * Attempt-log queries and the replay API's refusals (SPEC §12): status, since/until and
@@ -149,7 +150,7 @@ describe("POST /v1/webhooks/{id}/deliveries/replay and GET .../replays/{id}", ()
     // Failed (every third) with event name "a" (seconds 0-2, 9-11, 18-20, 27-29) from second 9 on: d_q09, d_q18, d_q27.
     expect(narrowed.body.data.matched).toBe(3);
     // A dry run plans nothing.
-    const keysLeft = await h.redis.keys(`${h.td.prefix}:{${u.id}}:replay*`);
+    const keysLeft = await h.redis.keys(`${createKeys(h.td.prefix).userKeyBase(u.id)}:replay*`);
     expect(keysLeft).toEqual([]);
   });
 

@@ -2,6 +2,7 @@ import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
 import { connectRedis } from "../../helpers/redis.js";
+import { createKeys } from "../../../src/store/keys.js";
 import {
   absentId,
   createComponent,
@@ -248,7 +249,7 @@ describe("DELETE /sources/{id}", () => {
     const before = await u.api.get(`/v1/sources/${s.id}/event_summaries`);
     expect(before.body.page_info.total_count).toBe(2);
     expectStatus(await u.api.del(`/v1/sources/${s.id}`), 204);
-    expect(await redis.keys(`${td.prefix}:{${u.id}}:events:${s.id}:*`)).toEqual([]);
+    expect(await redis.keys(`${createKeys(td.prefix).userKeyBase(u.id)}:events:${s.id}:*`)).toEqual([]);
   });
 
   it("answers 404 for another user's source and leaves it and its events alone", async () => {

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Client, client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
 import { connectRedis } from "../../helpers/redis.js";
 import { createSource, createWebhook, emit, expectError, expectStatus, HTTP_ESM, subscribe, workflowId } from "./support.js";
+import { createKeys } from "../../../src/store/keys.js";
 
 /** Authentication, the admin API (SPEC §4) and GET /users/me. */
 
@@ -266,7 +267,7 @@ describe("DELETE /admin/users/{id}", () => {
     const redis = connectRedis();
     try {
       // Nothing remains under the user's hash tag, and the source's endpoint token is gone.
-      expect(await redis.keys(`${td.prefix}:{${doomed.id}}:*`)).toEqual([]);
+      expect(await redis.keys(`${createKeys(td.prefix).userKeyBase(doomed.id)}:*`)).toEqual([]);
       const endpoints = await redis.hvals(`${td.prefix}:{${td.prefix}}:endpoints`);
       expect(endpoints.filter((v) => v.startsWith(`${doomed.id} `))).toEqual([]);
     } finally {

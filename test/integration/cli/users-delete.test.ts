@@ -100,7 +100,7 @@ describe.each([
     await waitFor(async () => (await timers.getJobScheduler(schedulerId(s.id))) === undefined, {
       what: "the timer's job scheduler to be removed",
     });
-    expect(await redis.keys(`${td.prefix}:{${u.id}}:*`)).toEqual([]);
+    expect(await redis.keys(`${createKeys(td.prefix).userKeyBase(u.id)}:*`)).toEqual([]);
     expect((await u.api.get("/v1/users/me")).status).toBe(401);
   });
 });

@@ -212,7 +212,7 @@ describe("hooks", () => {
     expect(list.body.data).toEqual([]);
     expect(await redis.hlen(keys.endpoints())).toBe(endpointsBefore);
     // Neither the record, db state nor events of a source that was never saved.
-    const userKeys = await redis.keys(`${td.prefix}:{${u.id}}:*`);
+    const userKeys = await redis.keys(`${createKeys(td.prefix).userKeyBase(u.id)}:*`);
     expect(userKeys).toContain(keys.user(u.id));
     expect(userKeys.filter((k) => /:(source|db|dedupe|events):/.test(k))).toEqual([]);
   });
