@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../store/context.js";
 
 /**
  * How long a readiness check may take: /readyz must answer while Redis stalls (a stalled Redis is
@@ -43,7 +43,7 @@ export function sharedCheck(check: () => Promise<boolean>): () => Promise<boolea
 /** What a process's readiness is made of. */
 export interface ReadinessParts {
   /** The command connection (its connection-level PING). */
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly runtime: { running(): boolean };
   /** The worker role's delivery feature, when this process runs it. */
   readonly delivery: { running(): boolean } | undefined;
@@ -51,7 +51,7 @@ export interface ReadinessParts {
 }
 
 /**
- * The process's readiness, bounded: Redis answers, its roles run, and the component compiler can
+ * The process's readiness, bounded: RedisClient answers, its roles run, and the component compiler can
  * build a trivial component (creating components needs it). /readyz (api role and ops listener)
  * and the `tributary_ready` gauge all read this one check, shared (`sharedCheck`).
  */

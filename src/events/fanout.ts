@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../store/context.js";
 import type { DirectDelivery } from "../delivery/direct.js";
 import type { DeliveryJobQueue } from "../delivery/jobs.js";
 import type { DeliveryJob, SourceRunJob } from "../queue/catalog.js";
@@ -20,8 +20,8 @@ const PRUNE_IDLE_MS = 60 * 60_000;
 
 export interface FanoutDeps {
   /** A dedicated connection: XREADGROUP blocks it. */
-  blocking: Redis;
-  redis: Redis;
+  blocking: RedisClient;
+  redis: RedisClient;
   keys: Keys;
   subscriptions: SubscriptionStore;
   /** Where deliveries that do not go direct are queued (with the budget their origin leaves them). */

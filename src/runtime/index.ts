@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { ConnectionOptions, Queue } from "bullmq";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../store/context.js";
 import type { Agent } from "undici";
 import type { Config, Role } from "../config/schema.js";
 import type { RandomBytes } from "../domain/ids.js";
@@ -31,11 +31,11 @@ export interface RuntimeDeps {
   config: Config;
   logger: Logger;
   metrics: Metrics;
-  redis: Redis;
+  redis: RedisClient;
   /** A dedicated connection for the scheduler's blocking reads. */
-  blocking: Redis;
+  blocking: RedisClient;
   /** Opens a dedicated connection for blocking reads (the run stream's consumer; worker role only). */
-  openBlocking: (name: string) => Redis;
+  openBlocking: (name: string) => RedisClient;
   keys: Keys;
   connection: ConnectionOptions;
   prefix: string;

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../store/context.js";
 import type { Keys } from "../store/keys.js";
 import { UsageCounters } from "../store/usage.js";
 import type { Plan } from "../store/users.js";
@@ -19,7 +19,7 @@ export class Quotas {
   private readonly usage: UsageCounters;
 
   constructor(
-    redis: Redis,
+    redis: RedisClient,
     keys: Keys,
     private readonly users: UserPlans,
     private readonly limits: { dailyInvocations: number; dailyComputeMs: number },

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../store/context.js";
 import type { Logger } from "../observability/logger.js";
 import { type SourceRunJob, sourceRunJob } from "../queue/catalog.js";
 import type { RunStream, RunStreamEntry } from "../store/run-stream.js";
@@ -13,7 +13,7 @@ const READ_BLOCK_MS = 1000;
 export interface RunConsumerDeps {
   stream: RunStream;
   /** A dedicated connection: XREADGROUP blocks it. Closed by close(). */
-  blocking: Redis;
+  blocking: RedisClient;
   consumer: string;
   slots: RunSlots;
   /** Pending entries idle longer than this are taken over from a dead consumer (the run time limit plus a margin). */

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../store/context.js";
 import { applyDedupe } from "../domain/dedupe.js";
 import { newId, type RandomBytes } from "../domain/ids.js";
 import type { EmitInput, Ingest } from "../events/ingest.js";
@@ -50,7 +50,7 @@ export type RunOutcome =
   | { status: "skipped"; reason: "missing" | "inactive" | "quota" | "hops" | "busy"; detail: string; retryAfterSeconds?: number };
 
 export interface RunnerDeps {
-  redis: Redis;
+  redis: RedisClient;
   keys: Keys;
   sandbox: SandboxService;
   /** A separate pool for runs that answer an HTTP request inline, so a flood of them cannot starve queued runs. */

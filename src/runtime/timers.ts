@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { Queue } from "bullmq";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../store/context.js";
 import type { Logger } from "../observability/logger.js";
 import type { Keys } from "../store/keys.js";
 import type { SourceRecord, SourceStore } from "../store/sources.js";
@@ -24,7 +24,7 @@ export function timerOf(source: SourceRecord): { cron: string | null; intervalSe
 export class TimerControl {
   private readonly store: TimerControlStore;
 
-  constructor(redis: Redis, keys: Keys) {
+  constructor(redis: RedisClient, keys: Keys) {
     this.store = new TimerControlStore(redis, keys);
   }
 
@@ -48,7 +48,9 @@ export class TimerScheduler {
 
   private readonly control: TimerControlStore;
 
-  constructor(private readonly d: { redis: Redis; blocking: Redis; keys: Keys; sources: SourceStore; timers: Queue; logger: Logger }) {
+  constructor(
+    private readonly d: { redis: RedisClient; blocking: RedisClient; keys: Keys; sources: SourceStore; timers: Queue; logger: Logger },
+  ) {
     this.control = new TimerControlStore(d.redis, d.keys, d.blocking);
   }
 

@@ -1,5 +1,5 @@
 import { type ConnectionOptions, type Job, Worker } from "bullmq";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../store/context.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import { QUEUES, type SourceRunJob, sourceRunJob, timerJob } from "../queue/catalog.js";
@@ -49,7 +49,7 @@ export class RuntimeWorkers {
     intake: SourceRunIntake;
     stream: RunStream;
     /** A dedicated connection for the run stream's blocking reads (closed with the workers). */
-    blocking: Redis;
+    blocking: RedisClient;
     /** This process's consumer name in the run stream's group. */
     consumer: string;
     /** Stream entries idle this long are taken over from a dead consumer. */

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import { encodeCursor, decodeCursor } from "../domain/cursors.js";
 import { type DeliverySelectors, scoreRange, selectsAnything } from "../domain/delivery-query.js";
 import { ValidationError } from "../domain/errors.js";
@@ -144,7 +144,7 @@ export class AttemptLog {
   private readonly settleScript: ScriptCall;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     private readonly limit: number,
     private readonly now: () => number,

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import { type Admission, type CircuitChange, type CircuitPolicy, type CircuitState, CLOSED } from "../domain/circuit.js";
 import type { Keys } from "./keys.js";
 import { defineScript, type ScriptCall } from "./script.js";
@@ -41,7 +41,7 @@ export class CircuitStore {
   private readonly recordScript: ScriptCall;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     private readonly policy: CircuitPolicy,
     private readonly now: () => number = Date.now,

@@ -1,10 +1,13 @@
-import type { Redis } from "ioredis";
+import type { Cluster, Redis } from "ioredis";
 import type { RandomBytes } from "../domain/ids.js";
 import type { Keys } from "./keys.js";
 
+/** A connection to the deployment's Redis: one node (or a Sentinel group's master), or a Redis Cluster. */
+export type RedisClient = Redis | Cluster;
+
 /** What every store needs: one Redis connection, the key space, and injected time and randomness. */
 export interface StoreContext {
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   readonly keys: Keys;
   /** Milliseconds since the epoch. */
   readonly now: () => number;

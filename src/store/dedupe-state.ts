@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import type { DedupeState } from "../domain/dedupe.js";
 import { parseStored } from "./context.js";
 import type { Keys } from "./keys.js";
@@ -17,7 +17,7 @@ export class DedupeStateStore {
   private readonly compareAndSet: ScriptCall;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
   ) {
     this.compareAndSet = defineScript(redis, COMPARE_AND_SET);

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import { ValidationError } from "../domain/errors.js";
 import { emitterGlob, isEventId } from "../domain/ids.js";
 import { pageInfo, type PageInfo } from "../domain/pagination.js";
@@ -82,7 +82,7 @@ export class EventStore {
   private readonly recordScript: ScriptCall;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
   ) {
     this.recordScript = defineScript(redis, RECORD_EVENTS);

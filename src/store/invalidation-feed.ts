@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import type { Logger } from "../observability/logger.js";
 import { InvalidatedCache } from "./invalidated-cache.js";
 
@@ -16,7 +16,7 @@ export class InvalidationFeed {
   constructor(
     private readonly opts: {
       /** A connection of its own: it goes into subscriber mode. */
-      readonly subscriber: Redis;
+      readonly subscriber: RedisClient;
       readonly channel: string;
       readonly logger: Logger;
       /** Names the cache in log lines. */
@@ -69,7 +69,7 @@ export class InvalidationFeed {
 
 export interface FeedCacheOptions {
   /** A connection of its own: it goes into subscriber mode. */
-  readonly subscriber: Redis;
+  readonly subscriber: RedisClient;
   /** The channel the store publishes invalidations on. */
   readonly channel: string;
   readonly logger: Logger;

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import { decodeCursor, encodeCursor } from "../domain/cursors.js";
 import { ValidationError } from "../domain/errors.js";
 import { pageInfo, pageRange, type PageInfo, type PageRequest } from "../domain/pagination.js";
@@ -13,7 +13,7 @@ export interface Page<T> {
  * Cursors are base64url ids; the cursor's rank anchors the page.
  */
 export async function pageFromSortedSet<T>(
-  redis: Redis,
+  redis: RedisClient,
   key: string,
   req: PageRequest,
   load: (ids: string[]) => Promise<(T | undefined)[]>,
@@ -34,7 +34,7 @@ export async function pageFromSortedSet<T>(
 }
 
 /** Loads JSON values stored at the given keys in one round trip; missing or corrupt values are undefined. */
-export async function loadJson<T>(redis: Redis, keys: string[]): Promise<(T | undefined)[]> {
+export async function loadJson<T>(redis: RedisClient, keys: string[]): Promise<(T | undefined)[]> {
   if (keys.length === 0) return [];
   const raws = await redis.mget(...keys);
   return raws.map((r) => {

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import type { EmitterKind } from "./events.js";
 import { expandedSummaryJson } from "./events.js";
 import type { Keys } from "./keys.js";
@@ -33,7 +33,7 @@ export class TailReader {
   private clientId: Promise<number | undefined> = Promise.resolve(undefined);
 
   constructor(
-    private readonly conn: Redis,
+    private readonly conn: RedisClient,
     private readonly keys: Keys,
   ) {
     const learnId = () => {
@@ -77,10 +77,10 @@ export class LiveTailStore {
   private readonly openScript: ScriptCall;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     /** Opens a dedicated (blocking) connection. */
-    private readonly connect: (name: string) => Redis,
+    private readonly connect: (name: string) => RedisClient,
   ) {
     this.openScript = defineScript(redis, TAIL_STREAM_OPEN);
   }

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import type { Keys } from "./keys.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { PRUNE_CONSUMERS } from "./scripts/prune-consumers.js";
@@ -27,9 +27,9 @@ export class OutboxStream {
   private readonly prune: ScriptCall;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     /** A dedicated connection: XREADGROUP blocks it. */
-    private readonly blocking: Redis,
+    private readonly blocking: RedisClient,
     private readonly keys: Keys,
   ) {
     this.prune = defineScript(redis, PRUNE_CONSUMERS);

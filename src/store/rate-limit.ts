@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import type { IngressCharge } from "./events.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { SOURCE_REQUEST_RATE } from "./scripts/source-request-rate.js";
@@ -13,7 +13,7 @@ export class RateLimiter {
   private readonly withCharge: ScriptCall;
 
   constructor(
-    redis: Redis,
+    redis: RedisClient,
     private readonly ratePerSecond: number,
     private readonly burst: number,
     private readonly now: () => number = Date.now,
@@ -52,7 +52,7 @@ export class KeyedRateLimiter {
   private readonly bucket: ScriptCall;
 
   constructor(
-    redis: Redis,
+    redis: RedisClient,
     private readonly now: () => number = Date.now,
   ) {
     this.bucket = defineScript(redis, TOKEN_BUCKET);

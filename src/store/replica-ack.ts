@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import { UnavailableError } from "../domain/errors.js";
 
 /** What `ReplicaAck.begin` notes before a request's writes: each connection's connection count. */
@@ -28,7 +28,7 @@ export class ReplicaAck {
   private readonly epochs: number[];
 
   constructor(
-    connections: readonly Redis[],
+    connections: readonly RedisClient[],
     private readonly replicas: number,
     private readonly timeoutMs: number,
   ) {
@@ -69,7 +69,7 @@ class WaitGate {
   private queued: Promise<number> | undefined;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly replicas: number,
     private readonly timeoutMs: number,
   ) {}

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import type { Keys } from "./keys.js";
 
 /** BullMQ's largest job priority (2^21 - 1). */
@@ -21,7 +21,7 @@ const BACKLOG_TTL_SECONDS = 3600;
  */
 export class RunBacklog {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
   ) {}
 

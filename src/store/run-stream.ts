@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import type { Keys } from "./keys.js";
 import type { StreamEntries } from "./outbox-stream.js";
 import { defineScript, type ScriptCall } from "./script.js";
@@ -47,7 +47,7 @@ export class RunStream {
   private readonly healScript: ScriptCall;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     private readonly perUser: number,
     private readonly now: () => number = Date.now,
@@ -89,7 +89,7 @@ export class RunStream {
   }
 
   /** Reads up to `count` new entries on `blocking` (a dedicated connection), waiting up to `blockMs`. */
-  async read(blocking: Redis, consumer: string, count: number, blockMs: number): Promise<RunStreamEntry[]> {
+  async read(blocking: RedisClient, consumer: string, count: number, blockMs: number): Promise<RunStreamEntry[]> {
     const res = (await blocking.xreadgroup(
       "GROUP",
       RUN_GROUP,

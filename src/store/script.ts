@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
-import { Command, type Redis } from "ioredis";
+import { Cluster, Command, type Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 
 /**
  * A Lua script of `src/store/scripts/`: its command name on the connection, its fixed number of
@@ -42,7 +43,29 @@ function isNoScript(err: unknown): boolean {
  * have flushed its auto-pipeline. A call made while commands issued before it still wait in the
  * auto-pipeline joins that pipeline instead, behind them (issue order is kept).
  */
-export function defineScript(redis: Redis, def: ScriptDef): ScriptCall {
+export function defineScript(redis: RedisClient, def: ScriptDef): ScriptCall {
+  return redis instanceof Cluster ? defineClusterScript(redis, def) : defineNodeScript(redis, def);
+}
+
+/**
+ * On a Redis Cluster each node has its own script cache and the client routes by the first key's
+ * slot, so the caller sends EVALSHA and falls back to EVAL on NOSCRIPT (the node's cache lacks it:
+ * the first call there, a failover to a replica, SCRIPT FLUSH). The Cluster client batches the
+ * commands of a tick per node itself (auto-pipelining), so there is no socket to cork.
+ */
+function defineClusterScript(redis: Cluster, def: ScriptDef): ScriptCall {
+  const { name, numberOfKeys, lua } = def;
+  const sha = createHash("sha1").update(lua).digest("hex");
+  return (keys, args) => {
+    if (keys.length !== numberOfKeys) throw new Error(`script ${name} takes ${numberOfKeys} keys, got ${keys.length}`);
+    return redis.evalsha(sha, numberOfKeys, ...keys, ...args).catch((err: unknown) => {
+      if (!isNoScript(err)) throw err;
+      return redis.eval(lua, numberOfKeys, ...keys, ...args);
+    });
+  };
+}
+
+function defineNodeScript(redis: Redis, def: ScriptDef): ScriptCall {
   const { name, numberOfKeys, lua } = def;
   const sha = createHash("sha1").update(lua).digest("hex");
   /** Sockets this script was sent on in full (a reconnection opens a new one). */

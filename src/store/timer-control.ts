@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import type { Keys } from "./keys.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { LOCK_RELEASE } from "./scripts/lock-release.js";
@@ -35,10 +35,10 @@ export class TimerControlStore {
   private readonly release: ScriptCall;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     /** A dedicated connection for blocking reads; only the scheduler role needs one. */
-    private readonly blocking?: Redis,
+    private readonly blocking?: RedisClient,
   ) {
     this.renew = defineScript(redis, LOCK_RENEW);
     this.release = defineScript(redis, LOCK_RELEASE);

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./context.js";
 import { billingPeriod, utcDay } from "../domain/billing-period.js";
 import type { Keys } from "./keys.js";
 import { defineScript, type ScriptCall } from "./script.js";
@@ -13,7 +13,7 @@ export class UsageCounters {
   private readonly count: ScriptCall;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
   ) {
     this.count = defineScript(redis, USAGE_COUNT);
