@@ -14,7 +14,10 @@ export interface DaemonProcess {
 }
 
 export interface DaemonProcessOptions {
+  /** REDIS_URL; unused with `redisClusterNodes`. */
   readonly redisUrl: string;
+  /** REDIS_CLUSTER_NODES ("host:port,..."): the daemon runs on this Redis Cluster instead (no REDIS_URL). */
+  readonly redisClusterNodes?: string;
   readonly adminToken: string;
   /** ROLES; default every role. */
   readonly roles?: string;
@@ -55,7 +58,7 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
     PORT: String(port),
     HOST: "127.0.0.1",
     PUBLIC_URL: `http://127.0.0.1:${port}`,
-    REDIS_URL: opts.redisUrl,
+    ...(opts.redisClusterNodes ? { REDIS_CLUSTER_NODES: opts.redisClusterNodes } : { REDIS_URL: opts.redisUrl }),
     ADMIN_TOKEN: opts.adminToken,
     ALLOW_PRIVATE_DESTINATIONS: "true",
     LOG_LEVEL: "warn",

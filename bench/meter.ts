@@ -13,26 +13,33 @@ export interface Cost {
   readonly redisTop: [string, number][];
 }
 
-async function commandCalls(redis: Redis): Promise<Map<string, number>> {
-  const text = await redis.info("commandstats");
+/** Calls per command, summed over the given servers (each a connection to one node). */
+async function commandCalls(servers: readonly Redis[]): Promise<Map<string, number>> {
   const out = new Map<string, number>();
-  for (const m of text.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) out.set(m[1] as string, Number(m[2]));
+  for (const redis of servers) {
+    const text = await redis.info("commandstats");
+    for (const m of text.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) out.set(m[1] as string, (out.get(m[1] as string) ?? 0) + Number(m[2]));
+  }
   return out;
 }
 
-/** Starts measuring; `stop(units)` returns the cost of the phase, divided by `units` where it says so. */
+/**
+ * Starts measuring; `stop(units)` returns the cost of the phase, divided by `units` where it says so.
+ * `redis`: the server whose commands are counted, or several (a Redis Cluster's nodes: summed).
+ */
 export async function startMeter(
   pids: Record<string, number | undefined>,
-  redis: Redis | undefined,
+  redis: Redis | readonly Redis[] | undefined,
 ): Promise<(units: number) => Promise<Cost>> {
-  const before = redis ? await commandCalls(redis) : new Map<string, number>();
+  const servers: readonly Redis[] = redis === undefined ? [] : "info" in redis ? [redis] : redis;
+  const before = await commandCalls(servers);
   const cpu = cpuMeter(pids);
   return async (units) => {
     const { pct, wallMs } = cpu();
-    const after = redis ? await commandCalls(redis) : new Map<string, number>();
+    const after = await commandCalls(servers);
     const delta: [string, number][] = [];
     for (const [cmd, n] of after) {
-      const d = n - (before.get(cmd) ?? 0) - (cmd === "info" ? 1 : 0);
+      const d = n - (before.get(cmd) ?? 0) - (cmd === "info" ? servers.length : 0);
       if (d > 0) delta.push([cmd, d]);
     }
     delta.sort((a, b) => b[1] - a[1]);

@@ -46,6 +46,28 @@ export interface RelayResult {
 /** Issue 12's target for HTTP-source relay, as a ratio of single-emit relay. */
 export const RELAY_TARGET = 0.5;
 
+/** One side of the cluster phase (bench/phases/cluster.ts): a one-process daemon on one Redis shape. */
+export interface ClusterSide {
+  /** Closed-loop single emits to a workflow nothing subscribes to (the `single` phase's load). */
+  readonly ingest: ClosedLoopResult & { cost: Cost };
+  /** Single emits relayed to the receiver (row 9's load), per delivered event. */
+  readonly relay: RelayRun;
+}
+
+/** The cluster phase: the same daemon and loads on the single redis-server and on a local Redis Cluster. */
+export interface ClusterResult {
+  readonly masters: number;
+  /** How long starting the local cluster took, s. */
+  readonly clusterStartS: number;
+  /** How long the relay's deliveries could take after its load stopped, s. */
+  readonly deadlineS: number;
+  readonly single: ClusterSide;
+  readonly cluster: ClusterSide;
+}
+
+/** Issue 13's target (reported, not asserted): daemon CPU per event on a cluster ≤ this × on one node. */
+export const CLUSTER_CPU_TARGET = 1.3;
+
 export interface Results {
   settings: {
     durationS: number;
@@ -84,6 +106,7 @@ export interface Results {
   srcHttp?: SourceHttpResult & { cost: Cost };
   relay?: RelayResult;
   sandbox?: SandboxResult;
+  cluster?: ClusterResult;
 }
 
 const verdict = (ok: boolean | undefined) => (ok === undefined ? "not run" : ok ? "✅ met" : "❌ missed");
@@ -342,6 +365,43 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
       ]);
     }
   }
+  const cl = r.cluster;
+  if (cl) {
+    /** Redis CPU per unit over every redis-server of a side; the cluster's per master too. */
+    const redisOf = (c: Cost) => Object.entries(c.usPerUnit).filter(([k]) => k === "redis" || k.startsWith("redis:"));
+    const redisSum = (c: Cost) => redisOf(c).reduce((a, [, v]) => a + v, 0);
+    const clusterCost = (c: Cost, unit: string) => {
+      const nodes = redisOf(c);
+      const perNode = nodes.length > 1 ? ` (${nodes.map(([, v]) => fmt(v)).join(" + ")} over the masters)` : "";
+      return ` · **${fmt(c.usPerUnit.daemon ?? Number.NaN)} µs daemon + ${fmt(redisSum(c))} µs redis${perNode} CPU, ${fmt(c.redisPerUnit, 1)} Redis cmds per ${unit}**`;
+    };
+    for (const [label, unit, rate, a, b] of [
+      [`10. Redis Cluster (${cl.masters} local masters): single emits`, "emit", "req/s", cl.single.ingest, cl.cluster.ingest],
+      [
+        `10b. Redis Cluster (${cl.masters} local masters): relay to a webhook, single emits (end to end)`,
+        "delivered event",
+        "delivered/s",
+        cl.single.relay,
+        cl.cluster.relay,
+      ],
+    ] as const) {
+      const figure = (x: typeof a) =>
+        "perSec" in x
+          ? `${fmt(x.perSec)} delivered/s (${fmt(x.delivered)}/${fmt(x.expected)} in ${fmt(x.spanS, 1)} s${x.complete ? "" : ", DEADLINE HIT"}) · ${fmt(x.load.reqPerSec)} req/s accepted, p50 ${fmt(x.load.p50, 1)} ms · p99 ${fmt(x.load.p99, 1)} ms${x.load.bad ? ` · other answers: ${statuses(x.load.statuses)}` : ""}`
+          : closed(x);
+      const perSec = (x: typeof a) => ("perSec" in x ? x.perSec : x.reqPerSec);
+      const cpuRatio = ratio(b.cost.usPerUnit.daemon, a.cost.usPerUnit.daemon);
+      rows.push([
+        label,
+        `${figure(b)}${clusterCost(b.cost, unit)}`,
+        `the same daemon on one redis-server: ${figure(a)}${clusterCost(a.cost, unit)}`,
+        `**${fmt(cpuRatio, 2)}× daemon CPU per ${unit}** · ${fmt(ratio(perSec(b), perSec(a)), 2)}× ${rate} · ${fmt(ratio(redisSum(b.cost), redisSum(a.cost)), 2)}× Redis CPU per ${unit}`,
+        `daemon CPU per event ≤ ${CLUSTER_CPU_TARGET}× one node (reported, not asserted)`,
+        Number.isNaN(cpuRatio) ? verdict(undefined) : verdict(cpuRatio <= CLUSTER_CPU_TARGET),
+        `cluster: ${pct(b.cost.pct)}; one node: ${pct(a.cost.pct)}`,
+      ]);
+    }
+  }
   const rss = Object.entries(r.peakRssKb ?? {})
     .map(([n, kb]) => `${n} ${kb === undefined ? "n/a" : `${fmt(kb / 1024)} MiB`}`)
     .join(" · ");
@@ -379,6 +439,9 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
       (r.relay
         ? `Relay rows (9–9c): a deployment of their own (SOURCE_INLINE_CONCURRENCY ${r.relay.inlineConcurrency}); the same closed loop (${S.connections} connections, ${S.durationS} s, after a ${S.warmupS} s warm-up whose events are all delivered first) on each ingress, whose events one webhook subscription delivers to the receiver; delivered/s = events at the receiver ÷ (last arrival − load start), waiting up to ${r.relay.deadlineS} s after the load; CPU per delivered event covers ingest, runs, fan-out and delivery; the CPU ratio is single-emit µs ÷ source µs. `
         : "") +
+      (cl
+        ? `Cluster rows (10, 10b): a one-process daemon of the phase's own on the bench's redis-server, then another on a local Redis Cluster of ${cl.masters} masters on loopback (no replicas, started in ${fmt(cl.clusterStartS, 1)} s), same build and settings; each gets the single-emit load (closed loop, ${S.connections} connections, ${S.durationS} s after a ${S.warmupS} s warm-up, fan-out waited for) and the relay load of row 9 (deadline ${cl.deadlineS} s); redis CPU on the cluster is the masters' sum; ratios are cluster ÷ one node. `
+        : "") +
       `Total bench time ${fmt(meta.totalS)} s.`,
     "",
     "Redis commands per unit (top 8):",
@@ -391,6 +454,14 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
           `- relay, single emit, per delivered event: ${top(r.relay.single.cost)}`,
           `- relay, HTTP source queued, per delivered event: ${top(r.relay.queued.cost)}`,
           `- relay, HTTP source inline, per delivered event: ${top(r.relay.inline.cost)}`,
+        ]
+      : []),
+    ...(cl
+      ? [
+          `- single emit, one node (cluster phase): ${top(cl.single.ingest.cost)}`,
+          `- single emit, Redis Cluster: ${top(cl.cluster.ingest.cost)}`,
+          `- relay per delivered event, one node (cluster phase): ${top(cl.single.relay.cost)}`,
+          `- relay per delivered event, Redis Cluster: ${top(cl.cluster.relay.cost)}`,
         ]
       : []),
     "",

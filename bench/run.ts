@@ -14,8 +14,9 @@
  * without touching the runner or the others.
  *
  * Knobs (environment): BENCH_DURATION_S (10), BENCH_BACKLOG (20000), BENCH_CONNECTIONS (8),
- * BENCH_PHASES (comma list of bullmq,drain,filters,koa,koaredis,single,batch,latency,sse,timer,srcinline,srchttp,relay,sandbox;
- * default all; they run in that order whatever the list's order), BENCH_SOURCE_DURATION_S (5: load
+ * BENCH_PHASES (comma list of bullmq,drain,filters,koa,koaredis,single,batch,latency,sse,timer,srcinline,srchttp,relay,sandbox,cluster;
+ * default all but `cluster`, which runs only when named (about a minute: a local 3-master Redis
+ * Cluster against the single redis-server); they run in that order whatever the list's order), BENCH_SOURCE_DURATION_S (5: load
  * per HTTP-source phase), BENCH_SANDBOX_RUNS (2000), BENCH_TIMER_S (10: how long the 1 s timer
  * source ticks), BENCH_SSE_STREAMS (100), BENCH_SSE_RATE (200 emits/s) and BENCH_SSE_DURATION_S (5)
  * for the live-tail phase, BENCH_CPU_PROF (directory for V8 CPU profiles of the daemon),
@@ -34,6 +35,7 @@ import { type BenchContext, type BenchSettings, buildContext, Cleanups, type Pha
 import { bullmq, koa, koaredis } from "./phases/baselines.js";
 import { drain } from "./phases/drain.js";
 import { filters } from "./phases/filters.js";
+import { cluster } from "./phases/cluster.js";
 import { batch, single } from "./phases/ingest.js";
 import { latency } from "./phases/latency.js";
 import { relay } from "./phases/relay.js";
@@ -47,7 +49,8 @@ import { type Results, printReport } from "./report.js";
  * drain compares with it); the filters phase (two drains of its own, without and with filtered
  * subscriptions) follows it; the Koa baselines run next to the single-emit ingest they judge; the
  * relay (single emits against HTTP sources, end to end to a webhook) follows the source phases, on
- * a deployment of its own; the sandbox runs last, alone.
+ * a deployment of its own; the sandbox runs alone; the cluster phase (opt-in: OPT_IN) runs last,
+ * with daemons of its own on the single redis-server and on a local Redis Cluster.
  */
 const PHASES: readonly Phase[] = [
   bullmq,
@@ -64,7 +67,11 @@ const PHASES: readonly Phase[] = [
   srchttp,
   relay,
   sandbox,
+  cluster,
 ];
+
+/** Phases left out of the default set: they run only when BENCH_PHASES names them. */
+const OPT_IN = new Set(["cluster"]);
 
 const envInt = (k: string, d: number) => {
   const v = Number(process.env[k]);
@@ -104,7 +111,16 @@ const SETTINGS: BenchSettings = {
   },
 };
 
-const requested = new Set((process.env.BENCH_PHASES ?? PHASES.map((p) => p.name).join(",")).split(",").map((p) => p.trim()));
+const requested = new Set(
+  (
+    process.env.BENCH_PHASES ??
+    PHASES.filter((p) => !OPT_IN.has(p.name))
+      .map((p) => p.name)
+      .join(",")
+  )
+    .split(",")
+    .map((p) => p.trim()),
+);
 for (const p of requested) {
   if (!PHASES.some((phase) => phase.name === p)) {
     process.stderr.write(`bench: unknown phase "${p}" in BENCH_PHASES (known: ${PHASES.map((phase) => phase.name).join(",")})\n`);
