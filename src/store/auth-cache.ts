@@ -5,7 +5,8 @@ export type AuthCacheOptions = FeedCacheOptions;
 
 /**
  * API key -> user id without a Redis round trip per request. Every change that retires a key
- * (rotation, user deletion) publishes the key's digest in the same MULTI as the change, and every
+ * (rotation, user deletion) publishes the key's digest in the same atomic step as the change (on the
+ * global tag, with the key index: store/users.ts), and every
  * process drops it on receipt, so a revoked key stops working as soon as the message is read: in
  * practice before the rotating client gets its answer back (the process that made the change
  * drops it before the change's caller resumes). The cache is used only while the

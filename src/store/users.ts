@@ -31,9 +31,6 @@ export interface UserRecord {
  */
 type StoredUser = Omit<UserRecord, "api_key_hash" | "api_key_last4"> & Partial<Pick<UserRecord, "api_key_hash" | "api_key_last4">>;
 
-/** `apikey-of`'s value: "<digest> <last4>". */
-const keyState = (digest: string, last4: string): string => `${digest} ${last4}`;
-
 /** One-shot `crypto.hash` (Node 20.12+): about twice as fast as `createHash` for one short string. */
 const hashKey = (key: string): string => hash("sha256", key, "hex");
 
