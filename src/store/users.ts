@@ -8,6 +8,7 @@ import { unlinkMatching } from "./key-scan.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { API_KEY_ROTATE } from "./scripts/api-key-rotate.js";
 import { USER_COMMIT } from "./scripts/user-commit.js";
+import { USER_RETIRE } from "./scripts/user-retire.js";
 import { USERNAME_CLAIM } from "./scripts/username-claim.js";
 
 export type Plan = "free" | "paid";
@@ -50,11 +51,13 @@ export class UserStore {
   private readonly claimScript: ScriptCall;
   private readonly commitScript: ScriptCall;
   private readonly rotateScript: ScriptCall;
+  private readonly retireScript: ScriptCall;
 
   constructor(private readonly ctx: StoreContext) {
     this.claimScript = defineScript(ctx.redis, USERNAME_CLAIM);
     this.commitScript = defineScript(ctx.redis, USER_COMMIT);
     this.rotateScript = defineScript(ctx.redis, API_KEY_ROTATE);
+    this.retireScript = defineScript(ctx.redis, USER_RETIRE);
   }
 
   private newApiKey(): string {
@@ -165,17 +168,18 @@ export class UserStore {
   }
 
   /**
-   * Removes the user's global entries (one MULTI on the global tag: the key stops working there),
+   * Removes the user's global entries (one script on the global tag: the key stops working there),
    * then every key under the user's prefix, scanned on the node of the user's slot. A crash in
    * between leaves keys no API key reaches; the record is among them, so deleting again finishes.
    */
   async delete(id: string): Promise<void> {
     const { redis, keys } = this.ctx;
     const user = await this.require(id);
-    const tx = redis.multi().hdel(keys.apiKeyOf(), id).hdel(keys.usernames(), user.username).zrem(keys.users(), id);
-    if (user.api_key_hash) tx.hdel(keys.apiKeys(), user.api_key_hash).publish(keys.apiKeyRevocations(), user.api_key_hash);
-    await tx.exec();
-    if (user.api_key_hash) this.revocations.emit(user.api_key_hash);
+    const revoked = (await this.retireScript(
+      [keys.apiKeys(), keys.apiKeyOf(), keys.usernames(), keys.users()],
+      [id, user.username, user.api_key_hash, keys.apiKeyRevocations()],
+    )) as string;
+    if (revoked !== "") this.revocations.emit(revoked);
     await unlinkMatching(redis, keys.userPattern(id), keys.user(id));
     // Listener caches drop every webhook and workflow of the user, once they are gone from Redis (a cache that
     // read one before the unlink would otherwise keep it).
