@@ -120,16 +120,15 @@ export class OutboxStream {
 
   /**
    * Runs `add` for each of `shards` in one pipeline (one node) or one per shard, in parallel (a
-   * cluster: a pipeline stays on one node, a MULTI in one slot); `tx` makes them transactions.
-   * Returns each shard's replies, in order; throws the first error.
+   * cluster: a pipeline must stay on one node). Returns each shard's replies, in order; throws
+   * the first error.
    */
   private async perShard(
     shards: readonly number[],
-    tx: boolean,
     add: (pipe: ChainableCommander, key: string, shard: number) => void,
   ): Promise<unknown[][]> {
     const run = async (conn: RedisClient, part: readonly number[]): Promise<unknown[][]> => {
-      const pipe = tx ? conn.multi() : conn.pipeline();
+      const pipe = conn.pipeline();
       const counts: number[] = [];
       for (const shard of part) {
         const before = pipe.length;
@@ -139,7 +138,6 @@ export class OutboxStream {
       const replies = (await pipe.exec()) ?? [];
       const failed = replies.find(([err]) => err);
       if (failed) throw failed[0];
-      if (replies.length === 0 && pipe.length > 0) throw new Error("outbox: transaction aborted");
       const out: unknown[][] = [];
       let at = 0;
       for (const n of counts) {
@@ -166,7 +164,7 @@ export class OutboxStream {
 
   /** Lists the consumer in XINFO CONSUMERS of every shard before its first read. */
   async createConsumer(consumer: string): Promise<void> {
-    await this.perShard(this.all(), false, (pipe, key) => pipe.xgroup("CREATECONSUMER", key, FANOUT_GROUP, consumer));
+    await this.perShard(this.all(), (pipe, key) => pipe.xgroup("CREATECONSUMER", key, FANOUT_GROUP, consumer));
   }
 
   /** Removes consumers other than `keep` idle for `minIdleMs` with nothing pending, on every shard; returns how many (summed). */
@@ -202,11 +200,14 @@ export class OutboxStream {
     return out;
   }
 
-  /** Acknowledges and deletes entries (refs): one transaction per shard, all in one round trip on one node. */
+  /**
+   * Acknowledges and deletes entries (refs): XACK then XDEL on each entry's shard outbox, one
+   * pipeline on one node (written at once, like `ackAndRead`'s, so Redis runs both).
+   */
   async ack(refs: readonly string[]): Promise<void> {
     if (refs.length === 0) return;
     const ids = byShard(refs);
-    await this.perShard([...ids.keys()], true, (pipe, key, shard) => {
+    await this.perShard([...ids.keys()], (pipe, key, shard) => {
       const list = ids.get(shard) ?? [];
       pipe.xack(key, FANOUT_GROUP, ...list).xdel(key, ...list);
     });
@@ -215,7 +216,7 @@ export class OutboxStream {
   /** Resets the idle time of pending entries (refs; XCLAIM to the consumer itself, JUSTID: no delivery count). */
   async renewLease(consumer: string, refs: readonly string[]): Promise<void> {
     const ids = byShard(refs);
-    await this.perShard([...ids.keys()], false, (pipe, key, shard) => {
+    await this.perShard([...ids.keys()], (pipe, key, shard) => {
       const list = ids.get(shard) ?? [];
       for (let i = 0; i < list.length; i += 500) pipe.xclaim(key, FANOUT_GROUP, consumer, 0, ...list.slice(i, i + 500), "JUSTID");
     });
@@ -245,7 +246,7 @@ export class OutboxStream {
 
   /** Length, pending count and oldest entry time of each shard (by shard number). */
   async shardStats(): Promise<OutboxStats[]> {
-    const replies = await this.perShard(this.all(), false, (pipe, key) =>
+    const replies = await this.perShard(this.all(), (pipe, key) =>
       pipe.xlen(key).xpending(key, FANOUT_GROUP).xrange(key, "-", "+", "COUNT", 1),
     );
     return replies.map(([length, pending, range]) => {

@@ -45,8 +45,10 @@ import { HTTP_ESM, TIMER_CJS } from "../api/support.js";
  * Each with the reason and the fix Milestone 1 plans (docs/decisions.md "Redis Cluster groundwork").
  */
 const KNOWN_CROSS_SLOT: Readonly<Record<string, string>> = {
-  "script tribRecordEvents {global}+{user}":
-    "the record script appends to the one global outbox ({prefix}) in the same atomic step as the user's event streams; needs the per-shard outbox (design 4.2/4.3)",
+  "XREADGROUP at src/store/outbox-stream.ts OutboxStream.ackAndRead {user}":
+    "on one node fan-out reads every shard outbox in one blocking XREADGROUP (one read group); on a Cluster each shard is a read group of its own, one slot each (docs/decisions.md \"Sharded outbox\"; test/integration/events/outbox-cluster.test.ts)",
+  "PIPELINE at src/store/outbox-stream.ts run {user}":
+    "on one node the per-shard outbox commands (acks, stats, consumer registration) share one pipeline; on a Cluster each shard has its own (docs/decisions.md \"Sharded outbox\")",
   "MULTI at src/store/users.ts UserStore.create {global}+{user}":
     "user record ({user}) written with the global api-key index and user list in one MULTI; becomes ordered idempotent steps (design 4.6)",
   "MULTI at src/store/users.ts UserStore.rotateKey {global}+{user}":
