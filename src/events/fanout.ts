@@ -57,11 +57,10 @@ export interface SourceRunSink {
 type XEntries = StreamEntries;
 
 /**
- * Reads the shard outboxes through a consumer group on each and turns each event into one delivery
- * per matching listener. One loop per read group (store/outbox-stream.ts: one blocking XREADGROUP
- * over every shard on one Redis node, one per shard on a cluster); a user's events are all in one
- * shard, read in order by one loop. Each event becomes a delivery per matching
- * listener: a first attempt made right here while a direct slot is free (delivery/direct.ts), else
+ * Reads the shard outboxes through a consumer group on each (one loop per read group,
+ * store/outbox-stream.ts: one blocking XREADGROUP over every shard on one Redis node, one per shard
+ * on a cluster; a user's events are all in one shard, read in order by one loop) and turns each
+ * event into one delivery per matching listener: a first attempt made right here while a direct slot is free (delivery/direct.ts), else
  * a job. Jobs have deterministic ids, so an entry redone after a crash (taken over with XAUTOCLAIM,
  * always through the queue) adds nothing twice. An entry is acknowledged and deleted only once its
  * jobs exist and its direct attempts have settled.
@@ -197,18 +196,21 @@ export class FanoutWorker {
 
   /** Takes over entries a crashed consumer left pending on `shards` (XAUTOCLAIM on each shard outbox). */
   private async reclaim(shards: readonly number[]): Promise<void> {
-    for (const shard of shards) {
-      let cursor = "0-0";
-      for (let round = 0; round < 50; round++) {
-        const { entries, next } = await this.outbox.takeOver(shard, this.d.consumer, this.d.claimIdleMs, cursor, 200);
-        if (entries.length > 0) {
-          this.d.logger.info({ count: entries.length, shard }, "fan-out: took over pending outbox entries");
-          await this.process(entries);
+    // The shards side by side (their first XAUTOCLAIMs share a round trip on one node), each in order.
+    await Promise.all(
+      shards.map(async (shard) => {
+        let cursor = "0-0";
+        for (let round = 0; round < 50; round++) {
+          const { entries, next } = await this.outbox.takeOver(shard, this.d.consumer, this.d.claimIdleMs, cursor, 200);
+          if (entries.length > 0) {
+            this.d.logger.info({ count: entries.length, shard }, "fan-out: took over pending outbox entries");
+            await this.process(entries);
+          }
+          cursor = next;
+          if (cursor === "0-0") break;
         }
-        cursor = next;
-        if (cursor === "0-0") break;
-      }
-    }
+      }),
+    );
   }
 
   /**

@@ -46,9 +46,9 @@ import { HTTP_ESM, TIMER_CJS } from "../api/support.js";
  */
 const KNOWN_CROSS_SLOT: Readonly<Record<string, string>> = {
   "XREADGROUP at src/store/outbox-stream.ts OutboxStream.ackAndRead {user}":
-    "on one node fan-out reads every shard outbox in one blocking XREADGROUP (one read group); on a Cluster each shard is a read group of its own, one slot each (docs/decisions.md \"Sharded outbox\"; test/integration/events/outbox-cluster.test.ts)",
+    'on one node fan-out reads every shard outbox in one blocking XREADGROUP (one read group); on a Cluster each shard is a read group of its own, one slot each (docs/decisions.md "Sharded outbox"; test/integration/events/outbox-cluster.test.ts)',
   "PIPELINE at src/store/outbox-stream.ts run {user}":
-    "on one node the per-shard outbox commands (acks, stats, consumer registration) share one pipeline; on a Cluster each shard has its own (docs/decisions.md \"Sharded outbox\")",
+    'on one node the per-shard outbox commands (acks, stats, consumer registration) share one pipeline; on a Cluster each shard has its own (docs/decisions.md "Sharded outbox")',
   "MULTI at src/store/users.ts UserStore.create {global}+{user}":
     "user record ({user}) written with the global api-key index and user list in one MULTI; becomes ordered idempotent steps (design 4.6)",
   "MULTI at src/store/users.ts UserStore.rotateKey {global}+{user}":
