@@ -16,6 +16,7 @@ import { randomBytes } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { Queue } from "bullmq";
 import { Cluster, Redis } from "ioredis";
+import { outboxLength } from "../../src/store/outbox-stream.js";
 import { type LocalCluster, startCluster } from "../../test/helpers/cluster.js";
 import type { BenchContext, Phase } from "../context.js";
 import { apiData, type DaemonProcess, startDaemonProcess } from "../daemon-process.js";
@@ -59,15 +60,12 @@ const daemonAlive = (d: DaemonProcess) => {
   if (gone) throw new Error(`${d.child.name} crashed (${JSON.stringify(gone)}):\n${d.child.tail()}`);
 };
 
-/** Waits until the side's outboxes (every shard's and layout 1's) are empty and no delivery job waits or runs. */
+/** Waits until the side's shard outboxes are empty and no delivery job waits or runs. */
 async function quiesce(ctx: BenchContext, s: Side, label: string): Promise<void> {
-  const keys = ctx.keys;
-  const outboxes = [keys.legacyOutbox(), ...Array.from({ length: keys.shards }, (_, i) => keys.shardOutbox(i))];
   const start = performance.now();
   for (;;) {
     daemonAlive(s.daemon);
-    let outbox = 0;
-    for (const k of outboxes) outbox += await s.client.xlen(k);
+    const outbox = await outboxLength(s.client, ctx.keys);
     const c = await s.deliveryQueue.getJobCounts("wait", "active", "delayed", "prioritized");
     const busy = (c.wait ?? 0) + (c.active ?? 0) + (c.delayed ?? 0) + (c.prioritized ?? 0);
     if (outbox === 0 && busy === 0) break;
