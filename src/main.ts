@@ -123,7 +123,7 @@ async function main(): Promise<void> {
 
   if (clusterNode) {
     process.stderr.write(
-      'tributary: the Redis server at REDIS_URL is a Redis Cluster node (cluster_enabled:1): set REDIS_CLUSTER_NODES=host:port,... (its nodes) instead of REDIS_URL\n',
+      "tributary: the Redis server at REDIS_URL is a Redis Cluster node (cluster_enabled:1): set REDIS_CLUSTER_NODES=host:port,... (its nodes) instead of REDIS_URL\n",
     );
     await embedded?.close();
     process.exit(1);

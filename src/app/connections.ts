@@ -86,7 +86,10 @@ export function createConnections(target: RedisTarget | string, opts: Connection
   // A Cluster's subscribers rotate over the nodes the command client knows (it follows failovers).
   const subscriber = (name: string): Redis =>
     to.kind === "cluster"
-      ? watch(name, openClusterNode(to, patient, () => knownNodes(commands as Cluster)))
+      ? watch(
+          name,
+          openClusterNode(to, patient, () => knownNodes(commands as Cluster)),
+        )
       : (open(name, patient) as Redis);
   const pick = (name: string, options: RedisOptions) => (opts.shared ? commands : open(name, options));
   let closing: Promise<void> | undefined;

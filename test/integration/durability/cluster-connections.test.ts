@@ -13,6 +13,7 @@ import { createLogger } from "../../../src/observability/logger.js";
 import { freePort, redisAnswersPing } from "../../../src/redis/embedded.js";
 import { AuthCache } from "../../../src/store/auth-cache.js";
 import { createKeys } from "../../../src/store/keys.js";
+import { LiveTailStore } from "../../../src/store/live-tail.js";
 import { ReplicaAck } from "../../../src/store/replica-ack.js";
 import { UserStore } from "../../../src/store/users.js";
 import { type LocalCluster, startCluster } from "../../helpers/cluster.js";
@@ -103,6 +104,30 @@ describe("connections on a 3-master Redis Cluster", () => {
       });
       expect(await ready()).toBe(true);
     } finally {
+      await conns.closeAll();
+    }
+  }, 60_000);
+
+  it("live tail: a reader blocks on its slot's node and CLIENT UNBLOCK reaches it there", async () => {
+    const conns = createConnections(targetOf(cluster), { commandTimeoutMs: 5000, logger });
+    const keys = createKeys("cltail");
+    const store = new LiveTailStore(conns.commands, keys, (name) => conns.blocking(name));
+    const reader = store.reader("tail-test");
+    try {
+      const s = { userId: "u_tail", emitterId: "src_tail", channel: "orders" };
+      const key = keys.events(s.userId, s.emitterId, s.channel);
+      await waitFor(async () => (await reader.read([s], ["0-0"], 50, 10)).size === 0, { what: "a first read" });
+      const started = Date.now();
+      const read = reader.read([s], ["0-0"], 20_000, 10);
+      await waitFor(async () => /blocked_clients:[1-9]/.test(await infoOfSlotNode(key)), { what: "the blocked read" });
+      await store.unblock(reader);
+      expect((await read).size).toBe(0);
+      expect(Date.now() - started).toBeLessThan(10_000);
+      const id = (await conns.commands.xadd(key, "*", "s", JSON.stringify({ p: { n: 1 }, x: "", m: {} }))) as string;
+      const got = await reader.read([s], ["0-0"], 5000, 10);
+      expect(got.get(0)?.map((e) => e.id)).toEqual([id]);
+    } finally {
+      reader.close();
       await conns.closeAll();
     }
   }, 60_000);
