@@ -7,6 +7,7 @@ import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createConnections } from "../../../src/app/connections.js";
 import { processReadiness } from "../../../src/app/readiness.js";
+import { runCli } from "../../../src/cli/run.js";
 import type { RedisTarget } from "../../../src/app/redis-client.js";
 import { UnavailableError } from "../../../src/domain/errors.js";
 import { createLogger } from "../../../src/observability/logger.js";
@@ -131,6 +132,19 @@ describe("connections on a 3-master Redis Cluster", () => {
       await conns.closeAll();
     }
   }, 60_000);
+
+  it("the CLI runs its users commands on REDIS_CLUSTER_NODES", async () => {
+    let out = "";
+    let err = "";
+    const io = { stdout: (t: string) => void (out += t), stderr: (t: string) => void (err += t) };
+    const code = await runCli(
+      ["users", "list"],
+      { REDIS_CLUSTER_NODES: cluster.seedList, REDIS_KEY_PREFIX: "clcli", LOG_LEVEL: "error" },
+      io,
+    );
+    expect({ code, err }).toEqual({ code: 0, err: "" });
+    expect(JSON.parse(out)).toEqual([]);
+  }, 30_000);
 
   it("WAIT on a Cluster asks every master: masters without replicas confirm nothing", async () => {
     const conns = createConnections(targetOf(cluster), { commandTimeoutMs: 5000, logger });
