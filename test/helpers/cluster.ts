@@ -27,6 +27,8 @@ export interface ClusterNode {
   exited(): boolean;
   /** The last lines the node printed. */
   log(): string;
+  /** SIGKILLs the node (resolves once it exited). */
+  kill(): Promise<void>;
 }
 
 export interface LocalCluster {
@@ -58,7 +60,7 @@ const SLOTS = 16384;
 export const keySlot: (key: string | Buffer) => number = createRequire(import.meta.url)("cluster-key-slot");
 
 /** A cluster node's process (test/helpers/redis-node.ts). */
-function spawnNode(args: string[], name: string): Omit<ClusterNode, "port" | "busPort" | "slots"> & { kill(): Promise<void> } {
+function spawnNode(args: string[], name: string): Omit<ClusterNode, "port" | "busPort" | "slots"> {
   const p = spawnRedisNode(args, name);
   return { pid: p.pid, exited: p.exited, log: p.log, kill: () => p.signal("SIGKILL") };
 }
@@ -79,7 +81,7 @@ export async function startCluster(opts: LocalClusterOptions = {}): Promise<Loca
   const deadline = Date.now() + (opts.startTimeoutMs ?? 30_000);
   const left = () => Math.max(1000, deadline - Date.now());
   const dir = mkdtempSync(path.join(os.tmpdir(), "tributary-cluster-"));
-  const procs: (ClusterNode & { kill(): Promise<void> })[] = [];
+  const procs: ClusterNode[] = [];
   const stop = async () => {
     await Promise.all(procs.map((p) => p.kill()));
     rmSync(dir, { recursive: true, force: true });
