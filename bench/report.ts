@@ -61,6 +61,11 @@ export interface ClusterResult {
   readonly clusterStartS: number;
   /** How long the relay's deliveries could take after its load stopped, s. */
   readonly deadlineS: number;
+  /** BENCH_CLUSTER_ROUNDS: each load ran this many times on both sides. */
+  readonly rounds: number;
+  /** Daemon CPU per event, cluster ÷ one node, of each round, per load. */
+  readonly cpuRatios: { readonly ingest: readonly number[]; readonly relay: readonly number[] };
+  /** The figures of the round of the median ratio, per load. */
   readonly single: ClusterSide;
   readonly cluster: ClusterSide;
 }
@@ -375,16 +380,25 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
       const perNode = nodes.length > 1 ? ` (${nodes.map(([, v]) => fmt(v)).join(" + ")} over the masters)` : "";
       return ` · **${fmt(c.usPerUnit.daemon ?? Number.NaN)} µs daemon + ${fmt(redisSum(c))} µs redis${perNode} CPU, ${fmt(c.redisPerUnit, 1)} Redis cmds per ${unit}**`;
     };
-    for (const [label, unit, rate, a, b] of [
-      [`10. Redis Cluster (${cl.masters} local masters): single emits`, "emit", "req/s", cl.single.ingest, cl.cluster.ingest],
+    for (const [label, unit, rate, a, b, ratios] of [
+      [
+        `10. Redis Cluster (${cl.masters} local masters): single emits`,
+        "emit",
+        "req/s",
+        cl.single.ingest,
+        cl.cluster.ingest,
+        cl.cpuRatios.ingest,
+      ],
       [
         `10b. Redis Cluster (${cl.masters} local masters): relay to a webhook, single emits (end to end)`,
         "delivered event",
         "delivered/s",
         cl.single.relay,
         cl.cluster.relay,
+        cl.cpuRatios.relay,
       ],
     ] as const) {
+      const rounds = ratios.length > 1 ? ` (the median of ${ratios.length} rounds: ${ratios.map((x) => `${fmt(x, 2)}×`).join(", ")})` : "";
       const figure = (x: typeof a) =>
         "perSec" in x
           ? `${fmt(x.perSec)} delivered/s (${fmt(x.delivered)}/${fmt(x.expected)} in ${fmt(x.spanS, 1)} s${x.complete ? "" : ", DEADLINE HIT"}) · ${fmt(x.load.reqPerSec)} req/s accepted, p50 ${fmt(x.load.p50, 1)} ms · p99 ${fmt(x.load.p99, 1)} ms${x.load.bad ? ` · other answers: ${statuses(x.load.statuses)}` : ""}`
@@ -395,7 +409,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
         label,
         `${figure(b)}${clusterCost(b.cost, unit)}`,
         `the same daemon on one redis-server: ${figure(a)}${clusterCost(a.cost, unit)}`,
-        `**${fmt(cpuRatio, 2)}× daemon CPU per ${unit}** · ${fmt(ratio(perSec(b), perSec(a)), 2)}× ${rate} · ${fmt(ratio(redisSum(b.cost), redisSum(a.cost)), 2)}× Redis CPU per ${unit}`,
+        `**${fmt(cpuRatio, 2)}× daemon CPU per ${unit}**${rounds} · ${fmt(ratio(perSec(b), perSec(a)), 2)}× ${rate} · ${fmt(ratio(redisSum(b.cost), redisSum(a.cost)), 2)}× Redis CPU per ${unit}`,
         `daemon CPU per event ≤ ${CLUSTER_CPU_TARGET}× one node (reported, not asserted)`,
         Number.isNaN(cpuRatio) ? verdict(undefined) : verdict(cpuRatio <= CLUSTER_CPU_TARGET),
         `cluster: ${pct(b.cost.pct)}; one node: ${pct(a.cost.pct)}`,
@@ -440,7 +454,7 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
         ? `Relay rows (9–9c): a deployment of their own (SOURCE_INLINE_CONCURRENCY ${r.relay.inlineConcurrency}); the same closed loop (${S.connections} connections, ${S.durationS} s, after a ${S.warmupS} s warm-up whose events are all delivered first) on each ingress, whose events one webhook subscription delivers to the receiver; delivered/s = events at the receiver ÷ (last arrival − load start), waiting up to ${r.relay.deadlineS} s after the load; CPU per delivered event covers ingest, runs, fan-out and delivery; the CPU ratio is single-emit µs ÷ source µs. `
         : "") +
       (cl
-        ? `Cluster rows (10, 10b): a one-process daemon of the phase's own on the bench's redis-server, then another on a local Redis Cluster of ${cl.masters} masters on loopback (no replicas, started in ${fmt(cl.clusterStartS, 1)} s), same build and settings; each gets the single-emit load (closed loop, ${S.connections} connections, ${S.durationS} s after a ${S.warmupS} s warm-up, fan-out waited for) and the relay load of row 9 (deadline ${cl.deadlineS} s); redis CPU on the cluster is the masters' sum; ratios are cluster ÷ one node. `
+        ? `Cluster rows (10, 10b): a one-process daemon of the phase's own on the bench's redis-server, then another on a local Redis Cluster of ${cl.masters} masters on loopback (no replicas, started in ${fmt(cl.clusterStartS, 1)} s), same build and settings; each gets, ${cl.rounds > 1 ? `${cl.rounds} times in alternating order (the row shows the round of the median ratio)` : "once"}, the single-emit load (closed loop, ${S.connections} connections, ${S.durationS} s after a ${S.warmupS} s warm-up, fan-out waited for) and the relay load of row 9 (deadline ${cl.deadlineS} s); redis CPU on the cluster is the masters' sum; ratios are cluster ÷ one node. `
         : "") +
       `Total bench time ${fmt(meta.totalS)} s.`,
     "",

@@ -35,6 +35,8 @@ const INGEST_WORKFLOW = "p_bench_ingest";
 const RELAY_WORKFLOW = "p_bench_cluster_relay";
 /** How long the deliveries of the relay load may take after it stopped, s. */
 const RELAY_DEADLINE_S = 60;
+/** BENCH_CLUSTER_ROUNDS: how many times each load runs on both sides (alternating which goes first). */
+const ROUNDS = Math.max(1, Math.floor(Number(process.env.BENCH_CLUSTER_ROUNDS)) || 1);
 /** How long a daemon may take to become quiet (outbox empty, no delivery job), s. */
 const QUIET_DEADLINE_S = 90;
 
@@ -215,24 +217,46 @@ export const cluster: Phase = {
       started.push(onCluster);
       const sides = [single, onCluster] as const;
       for (const s of sides) await quiesce(ctx, s, "before the load");
-      const ingests = [];
-      for (const s of sides) ingests.push(await ingest(ctx, s));
-      const relays = [];
-      for (const s of sides) relays.push(await relay(ctx, s));
+      // Each round measures both sides, one after the other, in alternating order (a busy
+      // neighbour then weighs on both the same way over the rounds); the report shows the round
+      // of the median ratio and lists every round's.
+      type Pair<T> = { single: T; cluster: T };
+      const ingests: Pair<ClusterSide["ingest"]>[] = [];
+      const relays: Pair<ClusterSide["relay"]>[] = [];
+      const orderOf = (round: number) => (round % 2 === 0 ? sides : ([onCluster, single] as const));
+      for (let round = 0; round < ROUNDS; round++) {
+        const pair: Partial<Pair<ClusterSide["ingest"]>> = {};
+        for (const s of orderOf(round)) pair[s.name] = await ingest(ctx, s);
+        ingests.push(pair as Pair<ClusterSide["ingest"]>);
+      }
+      for (let round = 0; round < ROUNDS; round++) {
+        const pair: Partial<Pair<ClusterSide["relay"]>> = {};
+        for (const s of orderOf(round)) pair[s.name] = await relay(ctx, s);
+        relays.push(pair as Pair<ClusterSide["relay"]>);
+      }
+      const cpuRatio = (p: Pair<{ cost: Cost }>) =>
+        (p.cluster.cost.usPerUnit.daemon ?? Number.NaN) / (p.single.cost.usPerUnit.daemon ?? Number.NaN);
+      /** The pair of the median ratio (the lower middle one of an even count). */
+      const median = <T extends { cost: Cost }>(pairs: Pair<T>[]): Pair<T> =>
+        [...pairs].sort((a, b) => cpuRatio(a) - cpuRatio(b))[Math.floor((pairs.length - 1) / 2)] as Pair<T>;
+      const ingestMedian = median(ingests);
+      const relayMedian = median(relays);
       const result: ClusterResult = {
         masters: MASTERS,
         clusterStartS,
         deadlineS: RELAY_DEADLINE_S,
-        single: { ingest: ingests[0] as ClusterSide["ingest"], relay: relays[0] as ClusterSide["relay"] },
-        cluster: { ingest: ingests[1] as ClusterSide["ingest"], relay: relays[1] as ClusterSide["relay"] },
+        rounds: ROUNDS,
+        cpuRatios: { ingest: ingests.map(cpuRatio), relay: relays.map(cpuRatio) },
+        single: { ingest: ingestMedian.single, relay: relayMedian.single },
+        cluster: { ingest: ingestMedian.cluster, relay: relayMedian.cluster },
       };
-      for (const [label, a, b] of [
-        ["single emits", result.single.ingest.cost, result.cluster.ingest.cost],
-        ["relay", result.single.relay.cost, result.cluster.relay.cost],
+      for (const [label, pairs] of [
+        ["single emits", ingests],
+        ["relay", relays],
       ] as const) {
         ctx.log(
-          `  cluster / single, ${label}: daemon CPU per event ${fmt((b.usPerUnit.daemon ?? Number.NaN) / (a.usPerUnit.daemon ?? Number.NaN), 2)}× (target ≤ ${CLUSTER_CPU_TARGET}×), ` +
-            `Redis CPU per event ${fmt(redisUs(b) / redisUs(a), 2)}×`,
+          `  cluster / single, ${label}: daemon CPU per event ${pairs.map((p) => `${fmt(cpuRatio(p), 2)}×`).join(", ")} (target ≤ ${CLUSTER_CPU_TARGET}×), ` +
+            `Redis CPU per event ${pairs.map((p) => `${fmt(redisUs(p.cluster.cost) / redisUs(p.single.cost), 2)}×`).join(", ")}`,
         );
       }
       return { cluster: result };
