@@ -46,6 +46,9 @@ export interface ShardPlacement {
 
 /** `tributary cluster shards`: where each shard of the layout lives (shard -> hash tag -> slot -> node). */
 export async function shardPlacement(redis: RedisClient, keys: Keys): Promise<ShardPlacement[]> {
+  // Read-only: the deployment's shards when it has a record (a different OUTBOX_SHARDS is an error).
+  const stored = await readLayout(redis, keys);
+  if (stored) checkLayout(stored, keys);
   const owner = redis.isCluster ? await slotOwners(redis) : () => "this node";
   return keys.shardTags.map((tag, shard) => {
     const slot = slotOf(keys.shardOutbox(shard));

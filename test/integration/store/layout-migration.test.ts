@@ -229,3 +229,30 @@ async function scanCount(pattern: string): Promise<number> {
   } while (cursor !== "0");
   return n;
 }
+
+describe("a daemon started on layout-1 data", () => {
+  it("migrates it by itself, once, while another process starting at the same time waits for it", async () => {
+    const own = testPrefix();
+    const k = createKeys(own);
+    const first = await startTestDaemon({ REDIS_KEY_PREFIX: own });
+    const user = await first.createUser();
+    const hook = await createWebhook(user.api, rx.url("/own-hook"));
+    await first.daemon.close();
+    await renameToLayout1(k, [user.id]);
+    expect(await redis.exists(k.user(user.id))).toBe(0);
+
+    const [a, b] = await Promise.all([
+      startTestDaemon({ REDIS_KEY_PREFIX: own, ROLES: "api" }),
+      startTestDaemon({ REDIS_KEY_PREFIX: own, ROLES: "api" }),
+    ]);
+    try {
+      for (const d of [a, b]) expect((await client(d.url, user.api_key).get(`/v1/webhooks/${hook.id}`)).status).toBe(200);
+      expect(await redis.hgetall(k.layout())).toEqual({ version: "2", outbox_shards: "16" });
+      expect(await redis.exists(k.layoutLock())).toBe(0);
+      expect(await scanCount(`${own}:{u_*`)).toBe(0);
+    } finally {
+      await Promise.all([a.daemon.close(), b.daemon.close()]);
+      await dropPrefix(redis, own);
+    }
+  }, 60_000);
+});
