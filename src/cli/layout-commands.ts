@@ -2,9 +2,10 @@ import type { ConnectionOptions } from "bullmq";
 import type { Redis } from "ioredis";
 import type { RedisClient } from "../store/context.js";
 import type { Keys } from "../store/keys.js";
-import { checkLayout, claimLayout, readLayout, withLayoutLock } from "../store/layout.js";
+import { checkLayout, claimLayout, readLayout, type ShardPlacement, withLayoutLock } from "../store/layout.js";
 import { type MigrationReport, migrateLayout } from "../store/layout-migration.js";
-import { slotOf } from "../store/shard-layout.js";
+
+export { shardPlacement } from "../store/layout.js";
 
 /**
  * `tributary migrate`: layout 1 -> layout 2 (store/layout-migration.ts), under the layout lock.
@@ -34,35 +35,6 @@ export async function migrate(d: {
   const layout = await claimLayout(d.redis, d.keys);
   checkLayout(layout, d.keys);
   return { layout: { version: layout.version, outbox_shards: layout.outboxShards }, moved };
-}
-
-export interface ShardPlacement {
-  readonly shard: number;
-  readonly tag: string;
-  readonly slot: number;
-  /** host:port of the master owning the slot, or "this node" on a single Redis. */
-  readonly node: string;
-}
-
-/** `tributary cluster shards`: where each shard of the layout lives (shard -> hash tag -> slot -> node). */
-export async function shardPlacement(redis: RedisClient, keys: Keys): Promise<ShardPlacement[]> {
-  // Read-only: the deployment's shards when it has a record (a different OUTBOX_SHARDS is an error).
-  const stored = await readLayout(redis, keys);
-  if (stored) checkLayout(stored, keys);
-  const owner = redis.isCluster ? await slotOwners(redis) : () => "this node";
-  return keys.shardTags.map((tag, shard) => {
-    const slot = slotOf(keys.shardOutbox(shard));
-    return { shard, tag, slot, node: owner(slot) };
-  });
-}
-
-/** CLUSTER SLOTS as a lookup: slot -> "host:port" of its master ("unassigned" for a slot no master serves). */
-async function slotOwners(redis: RedisClient): Promise<(slot: number) => string> {
-  const ranges = (await redis.call("CLUSTER", "SLOTS")) as [number, number, [string, number, ...unknown[]], ...unknown[]][];
-  return (slot) => {
-    const range = ranges.find(([start, end]) => slot >= start && slot <= end);
-    return range ? `${range[2][0]}:${range[2][1]}` : "unassigned";
-  };
 }
 
 /** The placement as an aligned text table. */

@@ -2,8 +2,7 @@ import { z } from "zod";
 import { MAX_CIRCUIT_COOLDOWN_MS } from "../domain/circuit.js";
 import { parseDuration, parseDurationList } from "../domain/duration.js";
 import type { UserLimits } from "../domain/limits.js";
-import { DEFAULT_OUTBOX_SHARDS } from "../store/keys.js";
-import { MAX_SHARDS } from "../store/shard-layout.js";
+import { DEFAULT_OUTBOX_SHARDS, MAX_SHARDS } from "../domain/shards.js";
 import { type HostPort, parseHostList } from "./host-list.js";
 
 /**

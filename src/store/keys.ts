@@ -1,3 +1,4 @@
+import { DEFAULT_OUTBOX_SHARDS } from "../domain/shards.js";
 import { shardOf, shardTags } from "./shard-layout.js";
 
 /**
@@ -14,8 +15,7 @@ import { shardOf, shardTags } from "./shard-layout.js";
  */
 export type Keys = ReturnType<typeof createKeys>;
 
-/** OUTBOX_SHARDS's default: the shards of a deployment that did not choose (fixed once written). */
-export const DEFAULT_OUTBOX_SHARDS = 16;
+export { DEFAULT_OUTBOX_SHARDS };
 
 /** The message on `keys.listenerChanges()`: one webhook, workflow or source, or every one of the user (`*`). */
 export function listenerChangeMessage(userId: string, id: string | "*"): string {

@@ -1,7 +1,6 @@
 import { type ConnectionOptions, type JobType, Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { hasIdShape } from "../domain/ids.js";
-import { QUEUES } from "../queue/catalog.js";
 import type { RedisClient } from "./context.js";
 import type { Keys } from "./keys.js";
 import { checkLayout, claimLayout, type Layout, readLayout, withLayoutLock } from "./layout.js";
@@ -48,7 +47,7 @@ export interface MigrationDeps {
 }
 
 /** The queues that moved from `{bull}` (the delivery queue stayed). */
-const MOVED_QUEUES = [QUEUES.sourceRun, QUEUES.maintenance, QUEUES.timers] as const;
+const MOVED_QUEUES = ["source-run", "maintenance", "timers"] as const;
 /** Job states that still have work to do (completed and failed ones are history, not moved). */
 const LIVE_STATES: JobType[] = ["active", "wait", "prioritized", "delayed", "waiting-children"];
 const BATCH = 500;

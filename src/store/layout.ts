@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { RedisClient } from "./context.js";
 import type { Keys } from "./keys.js";
+import { slotOf } from "./shard-layout.js";
 
 /**
  * The deployment's layout record (SPEC §8): `keys.layout()`, a hash of `version` (the key layout,
@@ -86,4 +87,33 @@ export async function withLayoutLock<T>(
     // Only our own lock: compare, then delete (a stale owner's DEL would free a live migration).
     if ((await redis.get(key).catch(() => null)) === owner) await redis.del(key).catch(() => {});
   }
+}
+
+export interface ShardPlacement {
+  readonly shard: number;
+  readonly tag: string;
+  readonly slot: number;
+  /** host:port of the master owning the slot, or "this node" on a single Redis. */
+  readonly node: string;
+}
+
+/** `tributary cluster shards`: where each shard of the layout lives (shard -> hash tag -> slot -> node). */
+export async function shardPlacement(redis: RedisClient, keys: Keys): Promise<ShardPlacement[]> {
+  // Read-only: the deployment's shards when it has a record (a different OUTBOX_SHARDS is an error).
+  const stored = await readLayout(redis, keys);
+  if (stored) checkLayout(stored, keys);
+  const owner = redis.isCluster ? await slotOwners(redis) : () => "this node";
+  return keys.shardTags.map((tag, shard) => {
+    const slot = slotOf(keys.shardOutbox(shard));
+    return { shard, tag, slot, node: owner(slot) };
+  });
+}
+
+/** CLUSTER SLOTS as a lookup: slot -> "host:port" of its master ("unassigned" for a slot no master serves). */
+async function slotOwners(redis: RedisClient): Promise<(slot: number) => string> {
+  const ranges = await redis.cluster("SLOTS");
+  return (slot) => {
+    const master = ranges.find(([start, end]) => slot >= start && slot <= end)?.[2];
+    return master ? `${master[0]}:${master[1]}` : "unassigned";
+  };
 }
