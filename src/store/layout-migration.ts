@@ -161,16 +161,26 @@ async function moveJobs(d: MigrationDeps): Promise<{ jobs: Record<string, number
         );
         jobSchedulers++;
       }
-      for (let start = 0; ; start += BATCH) {
-        const batch = await from.getJobs(LIVE_STATES, start, start + BATCH - 1, true);
-        for (const job of batch) {
-          if (!job?.id || job.repeatJobKey) continue;
-          const { jobId: _jobId, delay: _delay, repeatJobKey: _key, ...opts } = job.opts;
-          const due = job.timestamp + (job.delay ?? job.opts.delay ?? 0);
-          await to.add(job.name, job.data, { ...opts, jobId: job.id, delay: Math.max(0, due - d.now()) });
-          jobs[name]++;
+      for (const state of LIVE_STATES) {
+        for (let start = 0; ; start += BATCH) {
+          const batch = await from.getJobs([state], start, start + BATCH - 1, true);
+          for (const job of batch) {
+            // A scheduler's next tick: the re-created scheduler makes its own. A past-due tick is
+            // moved like any job (same creation time and delay, so the same tick run id: a tick
+            // that already ran is not run again).
+            if (!job?.id || (state === "delayed" && job.repeatJobKey)) continue;
+            const { jobId: _id, repeatJobKey: _key, repeat: _repeat, ...opts } = job.opts as typeof job.opts & { repeat?: unknown };
+            // Same creation time and delay: due when it was (BullMQ delays from `timestamp`).
+            await to.add(job.name, job.data, {
+              ...opts,
+              jobId: movedJobId(job.id),
+              timestamp: job.timestamp,
+              delay: job.delay ?? opts.delay ?? 0,
+            });
+            jobs[name]++;
+          }
+          if (batch.length < BATCH) break;
         }
-        if (batch.length < BATCH) break;
       }
       await from.obliterate({ force: true });
     } finally {
@@ -210,6 +220,16 @@ export async function prepareLayout(
   const layout = await claimLayout(d.redis, d.keys);
   checkLayout(layout, d.keys);
   return { layout };
+}
+
+/**
+ * The id a moved job gets: its own, except where BullMQ refuses it as a custom id: a queue's
+ * counter ids (integers) and ids with colons other than a scheduler's `repeat:<id>:<ms>`. The
+ * replacement is deterministic, so a re-run re-adds under the same id (a no-op).
+ */
+function movedJobId(id: string): string {
+  if (/^\d+$/.test(id)) return `layout1-${id}`;
+  return id.includes(":") && id.split(":").length !== 3 ? id.replaceAll(":", ".") : id;
 }
 
 /** The entry's `u` field (its user id; events/outbox.ts's wire format). */

@@ -140,7 +140,13 @@ describe("migrating layout 1 to layout 2", () => {
     await renameToLayout1(keys, [user.id]);
     const legacyMaintenance = queue(QUEUES.maintenance, keys.legacyBullPrefix);
     const job = { kind: "delete-events", userId: user.id, emitterId: wfOther, channel: "", startId: null, endId: null };
-    await legacyMaintenance.add("delete-events", job, { jobId: "m-1", delay: 60_000 });
+    // As the API queues it (a counter id, like every maintenance job), delayed here.
+    const queued = await legacyMaintenance.add("delete-events", job, {
+      removeOnComplete: true,
+      removeOnFail: 1000,
+      attempts: 3,
+      delay: 60_000,
+    });
     await legacyMaintenance.close();
     expect(await redis.exists(keys.legacyUserKey(user.id) + ":user")).toBe(1);
     expect(await redis.xlen(keys.legacyOutbox())).toBe(1);
@@ -160,10 +166,12 @@ describe("migrating layout 1 to layout 2", () => {
     expect(moved[0]?.[1]).toEqual(expect.arrayContaining(["u", user.id, "e", wf]));
     // The delayed job kept its id, data and about the delay it had left.
     const maintenance = queue(QUEUES.maintenance, keys.queuePrefix("maintenance"));
-    const movedJob = await maintenance.getJob("m-1");
+    const movedJob = await maintenance.getJob(`layout1-${queued.id}`);
     expect(movedJob?.data).toEqual(job);
     expect(await movedJob?.getState()).toBe("delayed");
-    expect(movedJob?.delay).toBeGreaterThan(30_000);
+    // Due when it was: the same creation time and delay.
+    expect(movedJob?.timestamp).toBe(queued.timestamp);
+    expect(movedJob?.delay).toBe(60_000);
     // The timer's scheduler lives under the new prefix only: one scheduler, one tick per interval.
     const timers = queue(QUEUES.timers, keys.queuePrefix("timers"));
     const legacyTimers = queue(QUEUES.timers, keys.legacyBullPrefix);
