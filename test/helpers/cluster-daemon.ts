@@ -1,0 +1,82 @@
+import { randomBytes } from "node:crypto";
+import { freePort } from "../../src/redis/embedded.js";
+import type { LocalCluster } from "./cluster.js";
+import { type DaemonChild, spawnDaemon, waitForReady } from "./process.js";
+import { type Receiver, startReceiver } from "./receiver.js";
+
+/**
+ * Daemon processes on a local Redis Cluster (test/helpers/cluster.ts), for the end-to-end cluster
+ * tests: `node --import tsx src/main.ts` children (test/helpers/process.ts) with
+ * `REDIS_CLUSTER_NODES` set to every node of the cluster, each on ports picked at run time. A
+ * process with the api role answers on `PORT`; one without it gets an `OPS_PORT` listener, so
+ * every process has a `/readyz` to wait for and to watch (`url` is that listener).
+ */
+
+export interface ClusterDaemonOptions {
+  /** ROLES (default every role). */
+  readonly roles?: string;
+  /** REDIS_KEY_PREFIX shared by the processes of one deployment. */
+  readonly prefix: string;
+  /** ADMIN_TOKEN shared by the processes of one deployment. */
+  readonly adminToken: string;
+  /** More variables, on top of the test-friendly defaults. */
+  readonly env?: Record<string, string>;
+  /** How long the process may take to answer /readyz 200 (default 60 s). */
+  readonly readyTimeoutMs?: number;
+}
+
+/** A fresh prefix and admin token for one deployment. */
+export function clusterDeployment(): { prefix: string; adminToken: string } {
+  return { prefix: `tc${randomBytes(3).toString("hex")}`, adminToken: `admin-${randomBytes(8).toString("hex")}` };
+}
+
+/** The environment of a daemon process on `cluster` (exported for the conformance run). */
+export function clusterDaemonEnv(cluster: LocalCluster, port: number, opts: ClusterDaemonOptions): Record<string, string> {
+  const roles = opts.roles ?? "api,worker,scheduler";
+  return {
+    REDIS_CLUSTER_NODES: cluster.seedList,
+    REDIS_KEY_PREFIX: opts.prefix,
+    ADMIN_TOKEN: opts.adminToken,
+    HOST: "127.0.0.1",
+    PORT: String(port),
+    PUBLIC_URL: `http://127.0.0.1:${port}`,
+    ROLES: roles,
+    ...(roles.split(",").includes("api") ? {} : { OPS_PORT: String(port) }),
+    ALLOW_PRIVATE_DESTINATIONS: "true",
+    DELIVERY_RETRY_SCHEDULE: "200ms,500ms,1s,2s,4s,8s",
+    TIMER_MIN_INTERVAL_SECONDS: "1",
+    LOG_LEVEL: "warn",
+    SHUTDOWN_TIMEOUT_MS: "3000",
+    ...opts.env,
+  };
+}
+
+/** Spawns one daemon process on `cluster` and waits until its /readyz answers 200. */
+export async function startClusterDaemon(name: string, cluster: LocalCluster, opts: ClusterDaemonOptions): Promise<DaemonChild> {
+  const port = await freePort();
+  const d = spawnDaemon(name, clusterDaemonEnv(cluster, port, opts));
+  const child: DaemonChild = { ...d, url: `http://127.0.0.1:${port}` };
+  await waitForReady(child, opts.readyTimeoutMs ?? 60_000);
+  return child;
+}
+
+/** A loopback receiver that answers 200 and counts each `webhook-id` and each event id it saw. */
+export interface CountingReceiver extends Receiver {
+  /** Requests per `webhook-id` header (one delivery of one event to one webhook). */
+  readonly byWebhookId: Map<string, number>;
+  /** Requests per `x-tributary-event-id` header. */
+  readonly byEventId: Map<string, number>;
+}
+
+export async function startCountingReceiver(): Promise<CountingReceiver> {
+  const byWebhookId = new Map<string, number>();
+  const byEventId = new Map<string, number>();
+  const rx = await startReceiver((req) => {
+    const wid = req.headers["webhook-id"];
+    const eid = req.headers["x-tributary-event-id"];
+    if (typeof wid === "string") byWebhookId.set(wid, (byWebhookId.get(wid) ?? 0) + 1);
+    if (typeof eid === "string") byEventId.set(eid, (byEventId.get(eid) ?? 0) + 1);
+    return { status: 200 };
+  });
+  return Object.assign(rx, { byWebhookId, byEventId });
+}
