@@ -5,12 +5,12 @@ export type AuthCacheOptions = FeedCacheOptions;
 
 /**
  * API key -> user id without a Redis round trip per request. Every change that retires a key
- * (rotation, user deletion) publishes the key's digest in the same MULTI as the change, and every
- * process drops it on receipt, so a revoked key stops working as soon as the message is read: in
- * practice before the rotating client gets its answer back (the process that made the change
- * drops it before the change's caller resumes). The cache is used only while the
- * subscription is live; when the subscriber connection drops, the cache empties and lookups go to
- * Redis until it is subscribed again. New keys need nothing: misses are never cached.
+ * (rotation, user deletion) publishes the key's digest in the same atomic step as the change (on
+ * the global tag, with the key index: store/users.ts), and every process drops it on receipt, so a
+ * revoked key stops working as soon as the message is read: in practice before the rotating client
+ * gets its answer back (the process that made the change drops it before the change's caller
+ * resumes). The cache is used only while the subscription is live; when the subscriber connection
+ * drops, the cache empties and lookups go to Redis until it is subscribed again. New keys need nothing: misses are never cached.
  *
  * Entries are keyed by the key itself, so a hit costs no SHA-256 (about 2 % of an emit's CPU);
  * invalidations name digests and scan the entries (at most `maxEntries`; rotations are rare). The

@@ -128,13 +128,16 @@ export class CircuitStore {
     const index = this.keys.openCircuits();
     const members = await this.redis.zrange(index, 0, OPEN_SAMPLE - 1);
     if (members.length === 0) return 0;
-    const pipe = this.redis.pipeline();
-    for (const m of members) {
-      const [userId = "", webhookId = ""] = m.split(" ");
-      pipe.hget(this.keys.webhookCircuit(userId, webhookId), "k");
-    }
-    const res = (await pipe.exec()) ?? [];
-    const gone = members.filter((_, i) => !(Number(res[i]?.[1] ?? 0) > 0));
+    // One command per circuit, not a pipeline: the circuits sit in several users' slots, which a
+    // Cluster client refuses in one pipeline; separate commands are routed one by one (and still
+    // share socket writes).
+    const openings = await Promise.all(
+      members.map((m) => {
+        const [userId = "", webhookId = ""] = m.split(" ");
+        return this.redis.hget(this.keys.webhookCircuit(userId, webhookId), "k");
+      }),
+    );
+    const gone = members.filter((_, i) => !(Number(openings[i] ?? 0) > 0));
     if (gone.length > 0) await this.redis.zrem(index, ...gone);
     const total = await this.redis.zcard(index);
     return total;

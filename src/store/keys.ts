@@ -61,6 +61,12 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
     // ---- global ----
     /** hash: sha256(api key) -> user id */
     apiKeys: () => `${g}:apikeys`,
+    /**
+     * hash: user id -> "<sha256 of the current API key> <its last four characters>": the key state,
+     * in the tag of `apiKeys` so a rotation is one atomic step (users written before it keep the
+     * state in their record: store/users.ts reads it there when this has none)
+     */
+    apiKeyOf: () => `${g}:apikey-of`,
     /** pub/sub channel: digests of API keys that stopped working (auth caches drop them) */
     apiKeyRevocations: () => `${g}:apikeys:revoked`,
     /**

@@ -141,19 +141,32 @@ export class SourceStore {
     throw new Error(`source ${record.id} already exists`);
   }
 
-  /** Writes the source, its list entry and its endpoint token in one atomic step. */
+  /**
+   * Writes the source and its list entry (one MULTI in the user's shard, with the change message),
+   * then its endpoint token (global hash). In that order because the record holds the token: a
+   * crash in between leaves an endpoint that answers 404 until the same save is made again (the
+   * token is kept from the record, so the retry writes the same entry), never a token that leads
+   * to a source which does not hold it.
+   */
   async save(record: SourceRecord, scoreMs: number): Promise<void> {
     const { redis, keys } = this.ctx;
-    const tx = redis
+    const message = listenerChangeMessage(record.user_id, record.id);
+    await redis
       .multi()
       .set(keys.source(record.user_id, record.id), JSON.stringify(record))
-      .zadd(keys.sources(record.user_id), "NX", scoreMs, record.id);
-    if (record.endpoint_token) tx.hset(keys.endpoints(), record.endpoint_token, `${record.user_id} ${record.id}`);
-    const message = listenerChangeMessage(record.user_id, record.id);
-    await tx.publish(keys.listenerChanges(), message).exec();
+      .zadd(keys.sources(record.user_id), "NX", scoreMs, record.id)
+      .publish(keys.listenerChanges(), message)
+      .exec();
     this.changes.emit(message);
+    if (record.endpoint_token) await redis.hset(keys.endpoints(), record.endpoint_token, `${record.user_id} ${record.id}`);
   }
 
+  /**
+   * Where a token leads, as indexed. The caller checks that the source exists and still holds the
+   * token (an ordered step may have stopped half way: 404). Such an entry is not dropped on read:
+   * `create` indexes the token before the source exists, so a request in that window would remove
+   * a live one.
+   */
   async endpoint(token: string): Promise<EndpointTarget | undefined> {
     if (!/^[A-Za-z0-9]{8,64}$/.test(token)) return undefined;
     const raw = await this.ctx.redis.hget(this.ctx.keys.endpoints(), token);
@@ -166,10 +179,16 @@ export class SourceStore {
     await this.ctx.redis.hdel(this.ctx.keys.endpoints(), token);
   }
 
-  /** Removes the source and everything that hangs off it in the store (events, db, dedupe state). */
+  /**
+   * Removes the source and everything that hangs off it in the store (events, db, dedupe state).
+   * The endpoint token goes first (global hash), then the source's keys (one MULTI in the user's
+   * shard): a crash in between leaves a source whose endpoint answers 404, which deleting again
+   * finishes, never a token left pointing at nothing forever.
+   */
   async delete(record: SourceRecord): Promise<void> {
     const { redis, keys } = this.ctx;
     const u = record.user_id;
+    if (record.endpoint_token) await redis.hdel(keys.endpoints(), record.endpoint_token);
     const channels = await redis.smembers(keys.eventChannels(u, record.id));
     const tx = redis
       .multi()
@@ -179,7 +198,6 @@ export class SourceStore {
       .del(keys.sourceDedupe(u, record.id))
       .del(keys.eventChannels(u, record.id));
     for (const c of channels) tx.del(keys.events(u, record.id, c));
-    if (record.endpoint_token) tx.hdel(keys.endpoints(), record.endpoint_token);
     const message = listenerChangeMessage(u, record.id);
     await tx.publish(keys.listenerChanges(), message).exec();
     this.changes.emit(message);

@@ -1,6 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, beforeEach, inject } from "vitest";
+import type { RedisClient } from "../../src/store/context.js";
+import { unlinkMatching } from "../../src/store/key-scan.js";
 import { createKeys, type Keys } from "../../src/store/keys.js";
 
 /** The Redis URL found by the global setup. */
@@ -18,14 +20,12 @@ export function connectRedis(): Redis {
   return new Redis(redisUrl(), { maxRetriesPerRequest: null, lazyConnect: false });
 }
 
-/** Deletes every key under a prefix (used in afterAll/afterEach). */
-export async function dropPrefix(redis: Redis, prefix: string): Promise<void> {
-  let cursor = "0";
-  do {
-    const [next, keys] = await redis.scan(cursor, "MATCH", `${prefix}:*`, "COUNT", 1000);
-    cursor = next;
-    if (keys.length > 0) await redis.unlink(...keys);
-  } while (cursor !== "0");
+/**
+ * Deletes every key under a prefix (used in afterAll/afterEach). On a Cluster client it scans every
+ * master and unlinks per slot (src/store/key-scan.ts).
+ */
+export async function dropPrefix(redis: RedisClient, prefix: string): Promise<void> {
+  await unlinkMatching(redis, `${prefix}:*`);
 }
 
 /**

@@ -41,22 +41,14 @@ import { HTTP_ESM, TIMER_CJS } from "../api/support.js";
 /**
  * Known cross-slot units, by `<who> <tags>`: who is `script <name>`, `MULTI at <file> <function>`,
  * `PIPELINE at <file> <function>` or `<COMMAND> at <file> <function>`; tags are the hash-tag
- * classes of its keys (`{global}` is `{<prefix>}`, `{user}` a user's `{u_…}`, `{bull}` BullMQ's).
- * Each with the reason and the fix Milestone 1 plans (docs/decisions.md "Redis Cluster groundwork").
+ * classes of its keys (`{global}` is `{<prefix>}`, `{shard}` a shard's `{<prefix>.g<i>.<n>}` (a
+ * user's keys and the shard's outbox), `{user}` layout 1's `{u_…}`, `{bull}` BullMQ's). Each with
+ * the reason and the fix Milestone 1 plans (docs/decisions.md "Redis Cluster groundwork"); the
+ * cross-tag writes fixed since are in docs/decisions.md "Cross-tag writes".
  */
 const KNOWN_CROSS_SLOT: Readonly<Record<string, string>> = {
-  "script tribRecordEvents {global}+{user}":
+  "script tribRecordEvents {global}+{shard}":
     "the record script appends to the one global outbox ({prefix}) in the same atomic step as the user's event streams; needs the per-shard outbox (design 4.2/4.3)",
-  "MULTI at src/store/users.ts UserStore.create {global}+{user}":
-    "user record ({user}) written with the global api-key index and user list in one MULTI; becomes ordered idempotent steps (design 4.6)",
-  "MULTI at src/store/users.ts UserStore.rotateKey {global}+{user}":
-    "api-key index ({global}) and the user record's digest ({user}) changed in one MULTI; key state moves to the global tag (design 4.6)",
-  "PIPELINE at src/store/circuit.ts CircuitStore.countOpen {user}":
-    "the open-circuit gauge pipelines HGETs of several users' circuits; not atomic, but ioredis's Cluster client refuses a pipeline whose keys sit on different nodes; read per user (or per slot group) instead",
-  "MULTI at src/store/sources.ts SourceStore.save {global}+{user}":
-    "updating an HTTP source rewrites its endpoint token (global endpoints hash) in the MULTI of the source record; user MULTI first, then HSET endpoints (design 4.6)",
-  "MULTI at src/store/sources.ts SourceStore.delete {global}+{user}":
-    "an HTTP source's endpoint token (global endpoints hash) is dropped in the MULTI that deletes the source's keys; HDEL endpoints first, then the user MULTI (design 4.6)",
 };
 
 type Kind = "script" | "multi" | "command" | "pipeline";
@@ -210,12 +202,20 @@ function observeCommands(): { units: Unit[]; uninstall: () => void } {
   };
 }
 
-/** `<p>:{<p>}:apikeys` -> `{global}:apikeys`, `<p>:{u_…}:source:…` -> `{user}:source`, `<p>:{bull}:delivery:…` -> `{bull}:delivery`. */
+/**
+ * `<p>:{<p>}:apikeys` -> `{global}:apikeys`; a user's key in its shard,
+ * `<p>:{<p>.g<i>.<n>}:u_…:source:…` -> `{shard}:source`, a shard's outbox `<p>:{<p>.g<i>.<n>}:outbox`
+ * -> `{shard}:outbox`; layout 1's `<p>:{u_…}:source:…` -> `{user}:source`; BullMQ's
+ * `<p>:{bull}:delivery:…` (or `{bull.<queue>}`) -> `{bull}:delivery`.
+ */
 function shapeOf(key: string, prefix: string): string {
-  const m = /^[^:]*:\{([^}]*)\}(?::([^:]*))?/.exec(key.startsWith(`${prefix}:`) ? key : `?:${key}`);
+  const m = /^[^:]*:\{([^}]*)\}(?::([^:]*))?(?::([^:]*))?/.exec(key.startsWith(`${prefix}:`) ? key : `?:${key}`);
   if (!m) return key;
-  const tag = m[1] === prefix ? "{global}" : m[1] === "bull" ? "{bull}" : "{user}";
-  return `${tag}:${m[2] ?? ""}`;
+  const tag = m[1] ?? "";
+  if (tag === prefix) return `{global}:${m[2] ?? ""}`;
+  if (tag === "bull" || tag.startsWith("bull.")) return `{bull}:${m[2] ?? ""}`;
+  if (tag.startsWith(`${prefix}.g`)) return `{shard}:${(m[2]?.startsWith("u_") ? m[3] : m[2]) ?? ""}`;
+  return `{user}:${m[2] ?? ""}`;
 }
 
 function who(u: Unit): string {

@@ -2,6 +2,8 @@ import { Agent, type IncomingHttpHeaders, request as httpRequest } from "node:ht
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Client, client, startTestDaemon, type TestDaemon } from "../../../helpers/daemon.js";
 import { waitFor } from "../../../helpers/receiver.js";
+import { connectRedis } from "../../../helpers/redis.js";
+import { createKeys } from "../../../../src/store/keys.js";
 import { type Json, expectStatus, createSource } from "../../runtime/support.js";
 
 /**
@@ -363,6 +365,21 @@ describe("metrics", () => {
 });
 
 describe("endpoint availability", () => {
+  it("answers 404 for a token indexed for a source that does not exist (a create or delete stopped half way)", async () => {
+    const u = await td.createUser();
+    const keys = createKeys(td.prefix);
+    const redis = connectRedis();
+    try {
+      const token = "Stale0123456789abcdefStale0123456";
+      await redis.hset(keys.endpoints(), token, `${u.id} dc_neverthere00`);
+      const res = await anon.post(`/e/${token}`, { json: {} });
+      expectStatus(res, 404);
+      expect(res.body.code).toBe("endpoint_not_found");
+    } finally {
+      redis.disconnect();
+    }
+  });
+
   it("answers 404 for an inactive source, serves it again once re-enabled, and 404 after deletion", async () => {
     const u = await td.createUser();
     const s = await createSource(u.api, CAPTURE);
