@@ -44,6 +44,8 @@ export interface ClusterNode {
   exited(): boolean;
   /** The last lines the node printed. */
   log(): string;
+  /** SIGKILLs the node (resolves once it exited); the same as `LocalCluster.kill(node)`. */
+  kill(): Promise<void>;
 }
 
 export interface LocalCluster {
@@ -244,6 +246,9 @@ export async function startCluster(opts: LocalClusterOptions = {}): Promise<Loca
         },
         log() {
           return this.proc.log();
+        },
+        kill() {
+          return this.proc.signal("SIGKILL");
         },
       });
     }
