@@ -56,27 +56,42 @@ export async function startClusterDaemon(name: string, cluster: LocalCluster, op
   const port = await freePort();
   const d = spawnDaemon(name, clusterDaemonEnv(cluster, port, opts));
   const child: DaemonChild = { ...d, url: `http://127.0.0.1:${port}` };
-  await waitForReady(child, opts.readyTimeoutMs ?? 60_000);
+  // waitForReady polls on through an early exit; the exit ends the wait at once instead.
+  const exited = d.exited.then((e) => {
+    throw new Error(`${name} exited (${e.code ?? e.signal}) before it was ready:\n${d.logs()}`);
+  });
+  await Promise.race([waitForReady(child, opts.readyTimeoutMs ?? 60_000), exited]);
+  exited.catch(() => {});
   return child;
 }
 
-/** A loopback receiver that answers 200 and counts each `webhook-id` and each event id it saw. */
+/**
+ * A loopback receiver that answers 200 and counts each `webhook-id` and each event it saw. Event
+ * ids are unique within a user's stream only (two users' events may share one), so an event is
+ * named by the path it was sent to (one per user in these tests) and its id: `deliveryKey`.
+ */
 export interface CountingReceiver extends Receiver {
   /** Requests per `webhook-id` header (one delivery of one event to one webhook). */
   readonly byWebhookId: Map<string, number>;
-  /** Requests per `x-tributary-event-id` header. */
-  readonly byEventId: Map<string, number>;
+  /** Requests per `deliveryKey(path, x-tributary-event-id)`. */
+  readonly byEvent: Map<string, number>;
 }
+
+/** How a `CountingReceiver` names one event sent to one path. */
+export const deliveryKey = (path: string, eventId: string): string => `${path} ${eventId}`;
 
 export async function startCountingReceiver(): Promise<CountingReceiver> {
   const byWebhookId = new Map<string, number>();
-  const byEventId = new Map<string, number>();
+  const byEvent = new Map<string, number>();
   const rx = await startReceiver((req) => {
     const wid = req.headers["webhook-id"];
     const eid = req.headers["x-tributary-event-id"];
     if (typeof wid === "string") byWebhookId.set(wid, (byWebhookId.get(wid) ?? 0) + 1);
-    if (typeof eid === "string") byEventId.set(eid, (byEventId.get(eid) ?? 0) + 1);
+    if (typeof eid === "string") {
+      const k = deliveryKey(req.path.split("?")[0] ?? req.path, eid);
+      byEvent.set(k, (byEvent.get(k) ?? 0) + 1);
+    }
     return { status: 200 };
   });
-  return Object.assign(rx, { byWebhookId, byEventId });
+  return Object.assign(rx, { byWebhookId, byEvent });
 }

@@ -1,7 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createKeys } from "../../../src/store/keys.js";
 import { keySlot, type LocalCluster, startCluster } from "../../helpers/cluster.js";
-import { type CountingReceiver, clusterDeployment, startClusterDaemon, startCountingReceiver } from "../../helpers/cluster-daemon.js";
+import {
+  type CountingReceiver,
+  clusterDeployment,
+  deliveryKey,
+  startClusterDaemon,
+  startCountingReceiver,
+} from "../../helpers/cluster-daemon.js";
 import { allDelivered, type E2eUser, type EmitResult, emit, hookUp, usersOnEveryShard } from "../../helpers/cluster-e2e.js";
 import { type DaemonChild, killAll } from "../../helpers/process.js";
 import { waitFor } from "../../helpers/wait.js";
@@ -141,12 +147,9 @@ describe("a master SIGKILLed in the middle of a burst of emits", () => {
     expect(bad.slice(0, 10), `${bad.length} answers neither 202 nor 503`).toEqual([]);
     for (const r of results) expect(r.ms, `request ${r.n} took ${r.ms} ms`).toBeLessThan(REQUEST_BOUND_MS);
     // Nothing acknowledged was lost: every 202's event reaches the receiver at least once.
-    await allDelivered(
-      acked.map((r) => r.id as string),
-      rx.byEventId,
-      120_000,
-    );
-    const dup = acked.filter((r) => (rx.byEventId.get(r.id as string) ?? 0) > 1).length;
+    const ackedKeys = acked.map((r) => deliveryKey(`/to/${r.user}`, r.id as string));
+    await allDelivered(ackedKeys, rx.byEvent, 120_000);
+    const dup = ackedKeys.filter((k) => (rx.byEvent.get(k) ?? 0) > 1).length;
     console.info(`[cluster failover] ${acked.length} acknowledged events delivered; ${dup} more than once`);
     for (const d of daemons) expect(d.hasExited(), `${d.name} exited:\n${d.logs()}`).toBe(false);
   }, 400_000);

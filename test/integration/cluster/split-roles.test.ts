@@ -1,6 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalCluster, startCluster } from "../../helpers/cluster.js";
-import { type CountingReceiver, clusterDeployment, startClusterDaemon, startCountingReceiver } from "../../helpers/cluster-daemon.js";
+import {
+  type CountingReceiver,
+  clusterDeployment,
+  deliveryKey,
+  startClusterDaemon,
+  startCountingReceiver,
+} from "../../helpers/cluster-daemon.js";
 import { allDelivered, type E2eUser, emit, hookUp, usersOnEveryShard } from "../../helpers/cluster-e2e.js";
 import { client } from "../../helpers/daemon.js";
 import { type DaemonChild, killAll } from "../../helpers/process.js";
@@ -49,15 +55,12 @@ describe("two daemon processes with split roles on a 3-master Redis Cluster", ()
     );
     const failed = results.filter((r) => r.status !== 202);
     expect(failed, JSON.stringify(failed.slice(0, 5))).toEqual([]);
-    const ids = results.map((r) => r.id as string);
+    // Each event is expected at its own user's webhook.
+    const ids = results.map((r) => deliveryKey(`/to/${r.user}`, r.id as string));
     expect(new Set(ids).size).toBe(users.length * EVENTS_PER_USER);
-    await allDelivered(ids, rx.byEventId, 60_000);
-    // Each event went to its own user's webhook.
-    for (const r of results) {
-      const req = rx.requests.find((q) => q.headers["x-tributary-event-id"] === r.id);
-      expect(req?.path).toBe(`/to/${r.user}`);
-    }
-    const dup = [...rx.byEventId.values()].filter((c) => c > 1).length;
+    await allDelivered(ids, rx.byEvent, 60_000);
+    expect(rx.requests.length).toBeGreaterThanOrEqual(ids.length);
+    const dup = [...rx.byEvent.values()].filter((c) => c > 1).length;
     console.info(`[cluster e2e] ${users.length} users on 16 shards, ${ids.length} events delivered; ${dup} delivered more than once`);
     expect(api.hasExited() || worker.hasExited()).toBe(false);
   }, 180_000);
