@@ -11,6 +11,7 @@ import { Redis } from "ioredis";
 import { FANOUT_GROUP } from "../src/events/fanout.js";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { createKeys, type Keys } from "../src/store/keys.js";
+import { outboxLength } from "../src/store/outbox-stream.js";
 import { apiData, buildDaemon, type DaemonProcess, type Deployment, startDaemonProcess, startDeployment } from "./daemon-process.js";
 import { smallEvent } from "./load.js";
 import { type Cost, startMeter } from "./meter.js";
@@ -137,7 +138,7 @@ export async function buildContext(o: ContextOptions): Promise<BenchContext> {
   const keys = createKeys(KEY_PREFIX);
   /** A worker-only process is ready once its fan-out consumer (named `<pid>-...`) reads the outbox. */
   const workerReady = async (pid: number) => {
-    const consumers = (await redis.xinfo("CONSUMERS", keys.outbox(), FANOUT_GROUP)) as string[][];
+    const consumers = (await redis.xinfo("CONSUMERS", keys.shardOutbox(0), FANOUT_GROUP)) as string[][];
     return consumers.some((c) => String(c[1]).startsWith(`${pid}-`));
   };
   let key = "";
@@ -198,7 +199,7 @@ export async function buildContext(o: ContextOptions): Promise<BenchContext> {
       const start = performance.now();
       for (;;) {
         dm.ensureAlive();
-        const outbox = await redis.xlen(keys.outbox());
+        const outbox = await outboxLength(redis, keys);
         const c = await deliveryQueue.getJobCounts("wait", "active", "delayed", "prioritized");
         const busy = (c.wait ?? 0) + (c.active ?? 0) + (c.delayed ?? 0) + (c.prioritized ?? 0);
         if (outbox === 0 && busy === 0) break;
@@ -296,7 +297,7 @@ export async function preloadBacklog(
       }),
     );
   }
-  const outboxLen = await o.redis.xlen(o.keys.outbox());
+  const outboxLen = await outboxLength(o.redis, o.keys);
   o.log(`  pre-loaded in ${fmt(performance.now() - preloadStart)} ms; outbox holds ${outboxLen}`);
   if (outboxLen !== n) throw new Error(`outbox holds ${outboxLen} entries, expected ${n}: did the key layout change?`);
 }

@@ -139,7 +139,9 @@ async function once(m: DaemonModules, kind: Kind, profFile: string | undefined):
   await control.pause();
   const delivery = createDeliveryFeature(core, conns, shutdown);
   await delivery.start();
-  while ((await admin.xlen(keys.outbox())) > 0) await sleep(20);
+  const outboxLength = async () =>
+    (await Promise.all(Array.from({ length: keys.shards }, (_, i) => admin.xlen(keys.shardOutbox(i))))).reduce((a, b) => a + b, 0);
+  while ((await outboxLength()) > 0) await sleep(20);
   const queued = await control.getJobCountByTypes("wait");
   if (queued !== N) throw new Error(`fan-out queued ${queued} delivery jobs, expected ${N}`);
 

@@ -2,7 +2,7 @@ import type { Server } from "node:http";
 import { createApiFeature, type RouteEntry } from "./app/api-feature.js";
 import { createConnections } from "./app/connections.js";
 import { createCore } from "./app/core.js";
-import { ClusterNotSupportedError, redisTarget, requestCommandTimeoutMs } from "./app/redis-client.js";
+import { redisTarget, requestCommandTimeoutMs } from "./app/redis-client.js";
 import { createDeliveryFeature } from "./app/delivery-feature.js";
 import { createOpsFeature } from "./app/ops-feature.js";
 import { processReadiness } from "./app/readiness.js";
@@ -30,7 +30,7 @@ export interface Daemon {
 export interface DaemonOptions {
   readonly config: Config;
   readonly logger: Logger;
-  /** REDIS_URL or the embedded server's; ignored when the config names sentinels (REDIS_SENTINELS). */
+  /** REDIS_URL or the embedded server's; ignored when the config names sentinels or cluster nodes. */
   readonly redisUrl: string | undefined;
   readonly registryDir: string;
 }
@@ -44,8 +44,6 @@ export interface DaemonOptions {
 export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const { config, logger } = opts;
   const roles = new Set(config.roles);
-  // Redis Cluster needs the sharded key space first (README "Scaling out"): refused before anything opens.
-  if (config.redisHa.shape.kind === "cluster") throw new ClusterNotSupportedError();
   const shutdown = new Shutdown(config.shutdownTimeoutMs, logger);
   try {
     const target = redisTarget(config, opts.redisUrl);

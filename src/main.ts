@@ -1,6 +1,6 @@
 import path from "node:path";
 import pRetry from "p-retry";
-import { ClusterNotSupportedError, openRedis, redisTarget } from "./app/redis-client.js";
+import { openCluster, openRedis, redisTarget } from "./app/redis-client.js";
 import { ConfigError, loadConfig } from "./config/load.js";
 import type { Config } from "./config/schema.js";
 import { type Daemon, startDaemon } from "./daemon.js";
@@ -28,15 +28,11 @@ async function main(): Promise<void> {
     }
     throw err;
   }
-  if (config.redisHa.shape.kind === "cluster") {
-    process.stderr.write(`tributary: ${new ClusterNotSupportedError().message}\n`);
-    process.exit(1);
-  }
   const logger = createLogger(config.logLevel);
 
   let embedded: EmbeddedRedis | undefined;
   let redisUrl = config.redisUrl;
-  // The embedded server: no REDIS_URL and no other shape (REDIS_SENTINELS).
+  // The embedded server: no REDIS_URL and no other shape (REDIS_SENTINELS, REDIS_CLUSTER_NODES).
   if (!redisUrl && config.redisHa.shape.kind === "single") {
     const dir = path.resolve(config.dataDir, "redis");
     try {
@@ -79,13 +75,17 @@ async function main(): Promise<void> {
   let clusterNode = false;
   await pRetry(
     async () => {
-      const probe = openRedis(target, {
-        lazyConnect: true,
-        maxRetriesPerRequest: 1,
-        retryStrategy: () => null,
-        sentinelRetryStrategy: () => null,
-      });
-      probe.on("error", () => {});
+      // A Cluster is probed with a Cluster client: it reads the slot map from a seed, then PING
+      // goes to one of its masters; `cluster_state` must be ok (every slot served).
+      const probe =
+        target.kind === "cluster"
+          ? openCluster(target, { lazyConnect: true, maxRetriesPerRequest: 1 }, { clusterRetryStrategy: () => null })
+          : openRedis(target, {
+              lazyConnect: true,
+              maxRetriesPerRequest: 1,
+              retryStrategy: () => null,
+              sentinelRetryStrategy: () => null,
+            });
       // A stalled server (stopped process, dropped packets) accepts the TCP connection and then
       // answers nothing: without a deadline the first contact, and so the start, would wait forever.
       let timer: NodeJS.Timeout | undefined;
@@ -100,7 +100,10 @@ async function main(): Promise<void> {
           (async () => {
             await probe.connect();
             await probe.ping();
-            clusterNode = await isClusterNode(probe);
+            if (target.kind === "cluster") {
+              const state = /^cluster_state:(\w+)/m.exec(String(await probe.call("CLUSTER", "INFO")))?.[1];
+              if (state !== "ok") throw new Error(`the Redis Cluster reports cluster_state:${state ?? "unknown"}`);
+            } else clusterNode = await isClusterNode(probe);
           })(),
           stalled,
         ]);
@@ -120,7 +123,7 @@ async function main(): Promise<void> {
 
   if (clusterNode) {
     process.stderr.write(
-      'tributary: the Redis server is a Redis Cluster node, which is not supported yet (REDIS_CLUSTER_NODES; README "Scaling out"); point REDIS_URL at a standalone Redis or use REDIS_SENTINELS\n',
+      "tributary: the Redis server at REDIS_URL is a Redis Cluster node (cluster_enabled:1): set REDIS_CLUSTER_NODES=host:port,... (its nodes) instead of REDIS_URL\n",
     );
     await embedded?.close();
     process.exit(1);

@@ -5,6 +5,7 @@ import { drainResult } from "../baselines.js";
 import type { BenchContext, Phase } from "../context.js";
 import { cpuMsOf } from "../cpu.js";
 import { metricValue, scrape } from "../runtime.js";
+import { outboxLength } from "../../src/store/outbox-stream.js";
 import { fmt } from "../stats.js";
 
 /** BENCH_TRACE=1: once a second, where the drain's backlog sits (outbox, delivery queue, delivered). */
@@ -12,7 +13,7 @@ function trace({ redis, keys, receiver, log }: BenchContext): () => void {
   const q = new Queue("delivery", { connection: redis, prefix: keys.bullPrefix });
   const timer = setInterval(() => {
     void (async () => {
-      const outbox = await redis.xlen(keys.outbox());
+      const outbox = await outboxLength(redis, keys);
       const c = await q.getJobCounts("wait", "active", "completed");
       log(`  trace: outbox ${outbox} · queue wait ${c.wait} active ${c.active} completed ${c.completed} · delivered ${receiver.count()}`);
     })().catch(() => {});
@@ -34,13 +35,12 @@ export const drain: Phase = {
     const workerPid = d.workerPid as number;
     const meter = await ctx.meter();
     const deliveredBeforeMeter = receiver.count();
-    const outboxAtMeter = await redis.xlen(keys.outbox());
+    const outboxAtMeter = await outboxLength(redis, keys);
     const cpuAtMeter = cpuMsOf(workerPid) ?? 0;
     // Where the backlog sits over time: when the outbox empties, fan-out is done and only delivery remains.
     let fanoutDone: { at: number; delivered: number; cpuMs: number } | undefined;
     const watch = setInterval(() => {
-      void redis
-        .xlen(keys.outbox())
+      void outboxLength(redis, keys)
         .then((n) => {
           if (n === 0 && !fanoutDone) fanoutDone = { at: performance.now(), delivered: receiver.count(), cpuMs: cpuMsOf(workerPid) ?? 0 };
         })

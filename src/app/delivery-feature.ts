@@ -96,6 +96,8 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
   const direct = config.deliveryDirectConcurrency > 0 ? new DirectDelivery({ attempter, jobs: deliveryJobs, gate, logger }) : undefined;
   const fanout = new FanoutWorker({
     blocking: conns.fanoutReads,
+    // On a Redis Cluster each shard outbox is read on a connection of its own.
+    openBlocking: (name) => conns.blocking(name),
     redis: conns.commands,
     keys,
     subscriptions: stores.subscriptions,

@@ -40,6 +40,17 @@ export function sharedCheck(check: () => Promise<boolean>): () => Promise<boolea
   };
 }
 
+/**
+ * The connection-level PING; on a Cluster it goes to one master (the client picks one), and that
+ * node must also report `cluster_state:ok` (every slot served: during a failover, with
+ * `cluster-require-full-coverage yes`, the cluster refuses commands and so is not ready).
+ */
+async function redisAnswers(redis: RedisClient): Promise<boolean> {
+  if ((await redis.ping()) !== "PONG") return false;
+  if (!("isCluster" in redis && redis.isCluster)) return true;
+  return /^cluster_state:ok\s*$/m.test(String(await redis.call("CLUSTER", "INFO")));
+}
+
 /** What a process's readiness is made of. */
 export interface ReadinessParts {
   /** The command connection (its connection-level PING). */
@@ -51,7 +62,7 @@ export interface ReadinessParts {
 }
 
 /**
- * The process's readiness, bounded: RedisClient answers, its roles run, and the component compiler can
+ * The process's readiness, bounded: Redis answers (a Cluster: with every slot served), its roles run, and the component compiler can
  * build a trivial component (creating components needs it). /readyz (api role and ops listener)
  * and the `tributary_ready` gauge all read this one check, shared (`sharedCheck`).
  */
@@ -60,7 +71,7 @@ export function processReadiness(p: ReadinessParts): () => Promise<boolean> {
     boundedReadiness(
       async () =>
         p.redis.status === "ready" &&
-        (await p.redis.ping()) === "PONG" &&
+        (await redisAnswers(p.redis)) &&
         p.runtime.running() &&
         (p.delivery === undefined || p.delivery.running()) &&
         (await p.analyzer.healthy()),

@@ -1,4 +1,5 @@
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis";
+import { StandaloneConnector } from "ioredis/built/connectors/index.js";
 import type { HostPort } from "../config/host-list.js";
 import type { Config } from "../config/schema.js";
 
@@ -23,16 +24,6 @@ export type RedisTarget =
 export interface RedisAuth {
   readonly username: string | undefined;
   readonly password: string | undefined;
-}
-
-/** A Cluster deployment is refused until the key space is sharded (README "Scaling out"). */
-export class ClusterNotSupportedError extends Error {
-  constructor() {
-    super(
-      'REDIS_CLUSTER_NODES: Redis Cluster is not supported yet (the key space is not sharded across slots; see README "Scaling out"); use REDIS_URL or REDIS_SENTINELS',
-    );
-    this.name = "ClusterNotSupportedError";
-  }
 }
 
 /** The target of a configuration; `url` is REDIS_URL or the embedded server's, for the single shape. */
@@ -82,7 +73,8 @@ const isReadOnly = (err: Error): boolean => err.message.startsWith("READONLY");
  *   subscription (`failoverDetector`) reconnects at once on +switch-master; a READONLY answer (the
  *   node was demoted under us) reconnects and resends the command; a node that does not answer a
  *   connection attempt is given up after REDIS_FAILOVER_TIMEOUT_MS.
- * - cluster: throws `ClusterNotSupportedError` (see `openCluster` for the client it will use).
+ * - cluster: use `openCluster` (a Cluster client) or `openClusterNode` (one node, for pub/sub);
+ *   throws here, so that no caller opens a single-node client to one node of a Cluster by mistake.
  */
 export function openRedis(target: RedisTarget, options: RedisOptions): Redis {
   switch (target.kind) {
@@ -94,8 +86,7 @@ export function openRedis(target: RedisTarget, options: RedisOptions): Redis {
         sentinels: target.sentinels.map((s) => ({ host: s.host, port: s.port })),
         name: target.name,
         role: "master",
-        ...(target.auth.username === undefined ? {} : { username: target.auth.username }),
-        ...(target.auth.password === undefined ? {} : { password: target.auth.password }),
+        ...credentials(target.auth),
         ...(target.sentinelPassword === undefined ? {} : { sentinelPassword: target.sentinelPassword }),
         failoverDetector: true,
         connectTimeout: target.failoverTimeoutMs,
@@ -103,37 +94,118 @@ export function openRedis(target: RedisTarget, options: RedisOptions): Redis {
         reconnectOnError: (err) => (isReadOnly(err) ? 2 : false),
       });
     case "cluster":
-      throw new ClusterNotSupportedError();
+      throw new Error("openRedis: a Redis Cluster target needs openCluster or openClusterNode");
   }
 }
 
+/** Opens a client for `target` with `options`: a Cluster client for the cluster shape, else `openRedis`. */
+export function openClient(target: RedisTarget, options: RedisOptions): Redis | Cluster {
+  return target.kind === "cluster" ? openCluster(target, options) : openRedis(target, options);
+}
+
+/** How long a Cluster client waits before retrying a command refused by a failover (connection lost, CLUSTERDOWN). */
+const CLUSTER_RETRY_DELAY_MS = 200;
+/** MOVED/ASK redirections (slot migrations) a command may follow, on top of the failover retries. */
+const CLUSTER_REDIRECTIONS = 16;
+
 /**
- * The Cluster client the daemon will use once the key space is sharded (not used yet: the daemon
- * refuses REDIS_CLUSTER_NODES). Reads and writes go to masters (`scaleReads: "master"`: a replica
- * may lag behind an acknowledged write); MOVED/ASK are followed, CLUSTERDOWN and TRYAGAIN retried
- * (a failover or a slot migration), every node is reached with the deployment's credentials.
+ * The retries a Cluster command gets (ioredis's `maxRedirections` counts every retry: MOVED, ASK,
+ * TRYAGAIN, CLUSTERDOWN and a lost node): enough for REDIS_FAILOVER_TIMEOUT_MS of failover
+ * (node timeout + election) at `CLUSTER_RETRY_DELAY_MS` each, plus some redirections. A command
+ * therefore rides through a failover that ends within the bound and fails after it.
  */
-export function openCluster(target: Extract<RedisTarget, { kind: "cluster" }>, redisOptions: RedisOptions): Cluster {
+export function clusterRedirections(failoverTimeoutMs: number): number {
+  return Math.ceil(failoverTimeoutMs / CLUSTER_RETRY_DELAY_MS) + CLUSTER_REDIRECTIONS;
+}
+
+/**
+ * A Redis Cluster client (REDIS_CLUSTER_NODES). Reads and writes go to masters (`scaleReads:
+ * "master"`: a replica may lag behind an acknowledged write); MOVED/ASK are followed, a lost node,
+ * CLUSTERDOWN and TRYAGAIN retried (a failover, a slot migration) for about
+ * REDIS_FAILOVER_TIMEOUT_MS (`clusterRedirections`), every node is reached with the deployment's
+ * credentials. `redisOptions` is the caller's profile, applied to each node connection: fail-fast
+ * (2 reconnect attempts, a command timeout per attempt) or patient (`maxRetriesPerRequest: null`,
+ * which BullMQ requires of a Cluster's node options too). Auto-pipelining is the Cluster's own
+ * option (it groups commands per node).
+ */
+export function openCluster(
+  target: Extract<RedisTarget, { kind: "cluster" }>,
+  redisOptions: RedisOptions,
+  /** Overrides for a special use (the start-up probe gives up instead of retrying). */
+  clusterOptions: Partial<ClusterOptions> = {},
+): Cluster {
+  const { enableAutoPipelining, lazyConnect, ...nodeOptions } = redisOptions;
   const options: ClusterOptions = {
     scaleReads: "master",
     enableReadyCheck: true,
-    enableAutoPipelining: redisOptions.enableAutoPipelining ?? false,
-    retryDelayOnFailover: 200,
-    retryDelayOnClusterDown: 300,
+    enableAutoPipelining: enableAutoPipelining ?? false,
+    retryDelayOnFailover: CLUSTER_RETRY_DELAY_MS,
+    retryDelayOnClusterDown: CLUSTER_RETRY_DELAY_MS,
     retryDelayOnTryAgain: 100,
-    maxRedirections: 16,
+    retryDelayOnMoved: 0,
+    maxRedirections: clusterRedirections(target.failoverTimeoutMs),
     redisOptions: {
-      ...redisOptions,
-      enableAutoPipelining: undefined,
-      ...(target.auth.username === undefined ? {} : { username: target.auth.username }),
-      ...(target.auth.password === undefined ? {} : { password: target.auth.password }),
+      ...nodeOptions,
+      ...credentials(target.auth),
       connectTimeout: target.failoverTimeoutMs,
       reconnectOnError: (err) => (isReadOnly(err) ? 2 : false),
     },
-    lazyConnect: redisOptions.lazyConnect ?? false,
+    lazyConnect: lazyConnect ?? false,
+    ...clusterOptions,
   };
   return new Cluster(
     target.nodes.map((n) => ({ host: n.host, port: n.port })),
     options,
   );
+}
+
+const credentials = (auth: RedisAuth): Pick<RedisOptions, "username" | "password"> => ({
+  ...(auth.username === undefined ? {} : { username: auth.username }),
+  ...(auth.password === undefined ? {} : { password: auth.password }),
+});
+
+/**
+ * A standalone connection to one node of a Cluster, moving to the next node at every
+ * (re)connection: for pub/sub, whose classic messages the cluster bus forwards to every node. An
+ * ioredis Cluster subscriber moves to another node on its own and says nothing (design 4.7: no
+ * `close`, no `ready`, a message lost), so the invalidation feed could not tell that its cache
+ * missed a message; this connection emits `close`/`reconnecting`/`ready` as a single node does,
+ * and the feed flushes and resubscribes as it does there. `nodes()` gives the candidates at each
+ * attempt (the known nodes of a Cluster client, which follows failovers and new nodes), the seeds
+ * when it has none. A node is tried for at most REDIS_FAILOVER_TIMEOUT_MS.
+ */
+export function openClusterNode(
+  target: Extract<RedisTarget, { kind: "cluster" }>,
+  options: RedisOptions,
+  nodes: () => readonly HostPort[] = () => [],
+): Redis {
+  const seeds = target.nodes;
+  let turn = Math.floor(Math.random() * 1024);
+  class RotatingConnector extends StandaloneConnector {
+    override connect(onError: Parameters<StandaloneConnector["connect"]>[0]) {
+      const known = nodes();
+      const list = known.length > 0 ? known : seeds;
+      const next = list[turn++ % list.length] ?? seeds[0];
+      if (next) Object.assign(this.options, { host: next.host, port: next.port });
+      return super.connect(onError);
+    }
+  }
+  const first = seeds[0];
+  return new Redis({
+    ...options,
+    ...(first ? { host: first.host, port: first.port } : {}),
+    ...credentials(target.auth),
+    connectTimeout: target.failoverTimeoutMs,
+    // Reconnect quickly: the next attempt goes to another node.
+    retryStrategy: (times) => Math.min(50 * times, 1000),
+    Connector: RotatingConnector as unknown as RedisOptions["Connector"],
+  });
+}
+
+/** The `host:port` of every node a Cluster client knows (masters and replicas), for `openClusterNode`. */
+export function knownNodes(cluster: Cluster): HostPort[] {
+  return cluster
+    .nodes("all")
+    .map((n) => ({ host: String(n.options.host), port: Number(n.options.port) }))
+    .filter((n) => n.host !== "undefined" && Number.isInteger(n.port));
 }

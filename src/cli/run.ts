@@ -4,7 +4,7 @@ import { parseArgs } from "node:util";
 import { pino } from "pino";
 import { createConnections } from "../app/connections.js";
 import { createCore } from "../app/core.js";
-import { ClusterNotSupportedError, redisTarget, requestCommandTimeoutMs } from "../app/redis-client.js";
+import { redisTarget, requestCommandTimeoutMs } from "../app/redis-client.js";
 import { Shutdown } from "../app/shutdown.js";
 import { ConfigError, loadConfig } from "../config/load.js";
 import { AppError } from "../domain/errors.js";
@@ -22,7 +22,7 @@ const USAGE = `usage: tributary <command>
   healthcheck [--url URL]                                         exits 0 when URL/readyz answers 200 within 2 s, else 1
                                                                   with one line on stderr (default: http://127.0.0.1:$OPS_PORT or $PORT)
 
-The users commands read REDIS_URL or REDIS_SENTINELS (or the embedded Redis of a daemon started from this folder) and REDIS_KEY_PREFIX.`;
+The users commands read REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES (or the embedded Redis of a daemon started from this folder) and REDIS_KEY_PREFIX.`;
 
 export interface CliIo {
   stdout(text: string): void;
@@ -42,10 +42,7 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, 
   try {
     return await run(argv, env, io, opts);
   } catch (err) {
-    const message =
-      err instanceof AppError || err instanceof ConfigError || err instanceof ClusterNotSupportedError
-        ? err.message
-        : String((err as Error)?.message ?? err);
+    const message = err instanceof AppError || err instanceof ConfigError ? err.message : String((err as Error)?.message ?? err);
     io.stderr(`tributary: ${message}\n`);
     return 1;
   }
@@ -71,7 +68,6 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
   }
   const config = loadConfig(env);
   const shape = config.redisHa.shape.kind;
-  if (shape === "cluster") throw new ClusterNotSupportedError();
   const url = config.redisUrl ?? (shape === "single" ? readEmbeddedUrl(config.dataDir) : undefined);
   if (!url && shape === "single") {
     io.stderr("tributary: set REDIS_URL (no embedded Redis of a running daemon was found under DATA_DIR)\n");

@@ -7,7 +7,7 @@ import { FilterPredicates } from "../domain/subscription-filter.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { Keys } from "../store/keys.js";
-import { FANOUT_GROUP, OutboxStream, type StreamEntries } from "../store/outbox-stream.js";
+import { FANOUT_GROUP, OutboxStream, type ReadGroup, type StreamEntries } from "../store/outbox-stream.js";
 import type { SubscriptionStore } from "../store/subscriptions.js";
 import { type FanoutOrigin, type FanoutPlan, matchedListeners, planFanout, planLookups } from "./fanout-plan.js";
 import { type OutboxEntry, parseOutboxEntry } from "./outbox.js";
@@ -19,8 +19,14 @@ const PRUNE_EVERY_MS = 10 * 60_000;
 const PRUNE_IDLE_MS = 60 * 60_000;
 
 export interface FanoutDeps {
-  /** A dedicated connection: XREADGROUP blocks it. */
+  /** A dedicated connection: XREADGROUP blocks it (the first read group's; on one node the only one). */
   blocking: RedisClient;
+  /**
+   * Opens a dedicated connection for each further read group: on a Redis Cluster each shard
+   * outbox is read by its own blocking XREADGROUP (store/outbox-stream.ts). Without it `blocking`
+   * is duplicated. Unused on one node.
+   */
+  openBlocking?: (name: string) => RedisClient;
   redis: RedisClient;
   keys: Keys;
   subscriptions: SubscriptionStore;
@@ -47,19 +53,21 @@ export interface SourceRunSink {
   addAll(runs: readonly { readonly id: string; readonly data: SourceRunJob }[]): Promise<unknown>;
 }
 
+/** Entries named by refs (`<shard>/<entry id>`, store/outbox-stream.ts): entry ids are unique per shard only. */
 type XEntries = StreamEntries;
 
 /**
- * Reads the outbox through a consumer group and turns each event into one delivery per matching
- * listener: a first attempt made right here while a direct slot is free (delivery/direct.ts), else
+ * Reads the shard outboxes through a consumer group on each (one loop per read group,
+ * store/outbox-stream.ts: one blocking XREADGROUP over every shard on one Redis node, one per shard
+ * on a cluster; a user's events are all in one shard, read in order by one loop) and turns each
+ * event into one delivery per matching listener: a first attempt made right here while a direct slot is free (delivery/direct.ts), else
  * a job. Jobs have deterministic ids, so an entry redone after a crash (taken over with XAUTOCLAIM,
  * always through the queue) adds nothing twice. An entry is acknowledged and deleted only once its
  * jobs exist and its direct attempts have settled.
  */
 export class FanoutWorker {
   private running = false;
-  private loop?: Promise<void>;
-  private lastClaim = 0;
+  private loops: Promise<void>[] = [];
   private lastPrune = 0;
   private lastLease = 0;
   /**
@@ -77,7 +85,7 @@ export class FanoutWorker {
   private readonly filters = new FilterPredicates();
 
   constructor(private readonly d: FanoutDeps) {
-    this.outbox = new OutboxStream(d.redis, d.blocking, d.keys);
+    this.outbox = new OutboxStream(d.redis, d.blocking, d.keys, d.openBlocking);
   }
 
   /** Removes consumers idle for `minIdleMs` with nothing pending (store/scripts/prune-consumers.ts); returns how many. */
@@ -95,24 +103,30 @@ export class FanoutWorker {
     // register it), so operators and the bench can see which processes consume.
     await this.outbox.createConsumer(this.d.consumer);
     this.running = true;
-    this.loop = this.run();
+    const groups = this.outbox.readGroups();
+    this.loops = groups.map((group, at) => this.run(group, at === 0));
   }
 
-  private async run(): Promise<void> {
+  /**
+   * The loop of one read group: takes over its shards' entries left by dead consumers, reads, fans
+   * out. The first group's loop also renews the leases of held entries and prunes consumers.
+   */
+  private async run(group: ReadGroup, first: boolean): Promise<void> {
     const { logger } = this.d;
     /** Entries fanned out by the last round, acknowledged in the same write as the next read. */
     let toAck: string[] = [];
+    let lastClaim = 0;
     while (this.running) {
       try {
-        if (Date.now() - this.lastClaim > Math.min(this.d.claimIdleMs, 5000)) {
-          this.lastClaim = Date.now();
-          await this.reclaim();
+        if (Date.now() - lastClaim > Math.min(this.d.claimIdleMs, 5000)) {
+          lastClaim = Date.now();
+          await this.reclaim(group.shards);
         }
-        if (this.held.size > 0 && Date.now() - this.lastLease > this.d.claimIdleMs / 3) {
+        if (first && this.held.size > 0 && Date.now() - this.lastLease > this.d.claimIdleMs / 3) {
           this.lastLease = Date.now();
           await this.renewLease();
         }
-        if (Date.now() - this.lastPrune > PRUNE_EVERY_MS) {
+        if (first && Date.now() - this.lastPrune > PRUNE_EVERY_MS) {
           this.lastPrune = Date.now();
           const removed = await this.pruneConsumers();
           if (removed > 0) logger.info({ removed }, "fan-out: removed consumers of stopped processes");
@@ -121,7 +135,7 @@ export class FanoutWorker {
         // runs them in order, so an entry is acknowledged only after its jobs were added.
         const acking = toAck;
         toAck = [];
-        const entries = await this.outbox.ackAndRead(acking, this.d.consumer, this.d.batchSize ?? 200, 1000);
+        const entries = await this.outbox.ackAndRead(group, acking, this.d.consumer, this.d.batchSize ?? 200, 1000);
         if (entries.length > 0) toAck = await this.fanOut(entries);
       } catch (err) {
         if (!this.running) break;
@@ -180,18 +194,23 @@ export class FanoutWorker {
     return this.outbox.ack(ids);
   }
 
-  /** Takes over entries a crashed consumer left pending. */
-  private async reclaim(): Promise<void> {
-    let cursor = "0-0";
-    for (let round = 0; round < 50; round++) {
-      const { entries, next } = await this.outbox.takeOver(this.d.consumer, this.d.claimIdleMs, cursor, 200);
-      if (entries.length > 0) {
-        this.d.logger.info({ count: entries.length }, "fan-out: took over pending outbox entries");
-        await this.process(entries);
-      }
-      cursor = next;
-      if (cursor === "0-0") break;
-    }
+  /** Takes over entries a crashed consumer left pending on `shards` (XAUTOCLAIM on each shard outbox). */
+  private async reclaim(shards: readonly number[]): Promise<void> {
+    // The shards side by side (their first XAUTOCLAIMs share a round trip on one node), each in order.
+    await Promise.all(
+      shards.map(async (shard) => {
+        let cursor = "0-0";
+        for (let round = 0; round < 50; round++) {
+          const { entries, next } = await this.outbox.takeOver(shard, this.d.consumer, this.d.claimIdleMs, cursor, 200);
+          if (entries.length > 0) {
+            this.d.logger.info({ count: entries.length, shard }, "fan-out: took over pending outbox entries");
+            await this.process(entries);
+          }
+          cursor = next;
+          if (cursor === "0-0") break;
+        }
+      }),
+    );
   }
 
   /**
@@ -269,9 +288,10 @@ export class FanoutWorker {
     return this.running;
   }
 
-  /** Stops the loop; the blocking read returns within its 1 s timeout. Idempotent. */
+  /** Stops the loops; the blocking reads return within their 1 s timeout. Idempotent. */
   async close(): Promise<void> {
     this.running = false;
-    await this.loop;
+    await Promise.all(this.loops);
+    this.outbox.close();
   }
 }

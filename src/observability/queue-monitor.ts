@@ -1,7 +1,10 @@
 import type { Queue } from "bullmq";
 import type { Metrics } from "./metrics.js";
 
-/** The outbox stream and its fan-out consumer group (store/outbox-stream.ts), sampled as the queue "outbox". */
+/**
+ * The shard outboxes and their fan-out consumer groups (store/outbox-stream.ts), sampled as the one
+ * queue "outbox": lengths and pending counts summed over the shards, the oldest entry of any shard.
+ */
 export interface OutboxProbe {
   stats(): Promise<{ length: number; pending: number; oldestMs: number | undefined }>;
 }

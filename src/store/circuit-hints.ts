@@ -1,4 +1,4 @@
-import type { RedisClient } from "./context.js";
+import type { Redis } from "ioredis";
 import type { Logger } from "../observability/logger.js";
 import { circuitChangeMessage } from "./circuit.js";
 import { InvalidationFeed } from "./invalidation-feed.js";
@@ -22,7 +22,7 @@ export class CircuitHints {
   private readonly feed: InvalidationFeed;
 
   constructor(
-    opts: { readonly subscriber: RedisClient; readonly channel: string; readonly logger: Logger },
+    opts: { readonly subscriber: Redis; readonly channel: string; readonly logger: Logger },
     private readonly maxEntries = 10_000,
     /** A hint older than this is checked in Redis again: a safety net, as the listener cache's. */
     private readonly maxAgeMs = 60_000,

@@ -77,7 +77,7 @@ export function truncateUtf8(text: string, max: number): string {
   return buf.subarray(0, end).toString("utf8");
 }
 
-/** Summary streams (latest 100 per emitter and channel) and the outbox. */
+/** Summary streams (latest 100 per emitter and channel) and the user's shard outbox. */
 export class EventStore {
   private readonly recordScript: ScriptCall;
 
@@ -88,7 +88,7 @@ export class EventStore {
     this.recordScript = defineScript(redis, RECORD_EVENTS);
   }
 
-  /** Records events atomically (summary + outbox); returns their ids in order. */
+  /** Records events atomically (summary + the user's shard outbox, one slot); returns their ids in order. */
   async record(input: RecordInput): Promise<string[]> {
     const r = await this.recordGuarded(input, undefined);
     if (r === null || !("ids" in r)) throw new Error("record: an unguarded, uncharged record always writes");
@@ -127,7 +127,7 @@ export class EventStore {
     const glob = emitterGlob(input.emitterId);
     const keys = [
       summaryKey,
-      this.keys.outbox(),
+      this.keys.outboxOf(input.userId),
       this.keys.eventChannels(input.userId, input.emitterId),
       exactIndex,
       glob ? this.keys.subscriptionIndex(input.userId, glob, channel) : exactIndex,

@@ -1,4 +1,4 @@
-import type { RedisClient } from "./context.js";
+import type { Redis } from "ioredis";
 import type { Logger } from "../observability/logger.js";
 import { InvalidatedCache } from "./invalidated-cache.js";
 
@@ -8,6 +8,11 @@ import { InvalidatedCache } from "./invalidated-cache.js";
  * cache may be used. It may only while the subscription is live: when the connection drops, the
  * feed reports "down" (the cache empties) and lookups go to Redis until it is subscribed again,
  * so no invalidation can be missed unnoticed.
+ *
+ * The subscriber is a single-node connection, also on a Redis Cluster (app/connections.ts: one node
+ * at a time, the next one after a loss): an ioredis Cluster subscriber moves to another node without
+ * a `close` or `ready`, so a message lost in the move would go unnoticed (design 4.7). Every
+ * (re)subscription also empties the cache, whatever the connection reported before it.
  */
 export class InvalidationFeed {
   private live = false;
@@ -15,8 +20,8 @@ export class InvalidationFeed {
 
   constructor(
     private readonly opts: {
-      /** A connection of its own: it goes into subscriber mode. */
-      readonly subscriber: RedisClient;
+      /** A connection of its own (one node): it goes into subscriber mode. */
+      readonly subscriber: Redis;
       readonly channel: string;
       readonly logger: Logger;
       /** Names the cache in log lines. */
@@ -48,6 +53,8 @@ export class InvalidationFeed {
     if (this.stopping) return;
     try {
       await this.opts.subscriber.subscribe(this.opts.channel);
+      // Whatever was cached before this subscription may have missed a message: start empty.
+      this.opts.onDown();
       this.live = !this.stopping && this.opts.subscriber.status === "ready";
     } catch (err) {
       this.opts.logger.warn({ err }, `${this.opts.what}: subscribe failed; reading from Redis`);
@@ -68,8 +75,8 @@ export class InvalidationFeed {
 }
 
 export interface FeedCacheOptions {
-  /** A connection of its own: it goes into subscriber mode. */
-  readonly subscriber: RedisClient;
+  /** A connection of its own (one node): it goes into subscriber mode. */
+  readonly subscriber: Redis;
   /** The channel the store publishes invalidations on. */
   readonly channel: string;
   readonly logger: Logger;

@@ -155,9 +155,7 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
     replayRunning: (userId: string, webhookId: string, identity: string) =>
       `${u(userId)}:replay-running:${webhookId}:${encodeURIComponent(identity)}`,
 
-    /** stream: the outbox read by fan-out workers through a consumer group */
-    outbox: () => `${g}:outbox`,
-    /** stream: shard `shard`'s outbox, in its users' slot (the record script appends to it) */
+    /** stream: shard `shard`'s outbox, in its users' slot (the record script appends to it; fan-out reads it through a consumer group) */
     shardOutbox: (shard: number) => `${shardKey(shard)}:outbox`,
     /** stream: the outbox of a user's shard */
     outboxOf: (userId: string) => `${shardKey(shardOf(userId, shards))}:outbox`,

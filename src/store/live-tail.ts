@@ -1,8 +1,10 @@
+import type { Cluster, Redis } from "ioredis";
 import type { RedisClient } from "./context.js";
 import type { EmitterKind } from "./events.js";
 import { expandedSummaryJson } from "./events.js";
 import type { Keys } from "./keys.js";
 import { defineScript, type ScriptCall } from "./script.js";
+import { slotOf } from "./shard-layout.js";
 import { TAIL_STREAM_OPEN } from "./scripts/tail-stream-open.js";
 
 /** One event as the live tail sends it: its id and the expanded summary item as JSON. */
@@ -24,18 +26,30 @@ function entriesOf(raw: RawEntries, s: TailStream): TailEntry[] {
   return raw.map(([id, fields]) => ({ id, json: expandedSummaryJson(id, fields, s.emitterId, s.channel) }));
 }
 
+const isCluster = (redis: RedisClient): redis is Cluster => redis.isCluster;
+const nodeKey = (node: Redis): string => `${node.options.host}:${node.options.port}`;
+
 /**
  * A dedicated connection that blocks in XREAD over the streams of one user (their keys share the
  * user's hash tag, so one XREAD stays on one slot, also on Redis Cluster). Its client id lets
  * another connection wake it when the set of streams changes.
+ *
+ * On a Redis Cluster the connection is a Cluster client of its own: the XREAD is sent on its
+ * connection to the master of the streams' slot, and the client id is that connection's (asked
+ * on it, just before the read), so that the waking CLIENT UNBLOCK can go to the same node
+ * (`address`). Until the client knows the slot's node, the read goes through the Cluster client and
+ * cannot be woken (it ends at its block time).
  */
 export class TailReader {
   private clientId: Promise<number | undefined> = Promise.resolve(undefined);
+  /** On a Cluster: the node connection the last read went to, and its `host:port`. */
+  private node: Redis | undefined;
 
   constructor(
     private readonly conn: RedisClient,
     private readonly keys: Keys,
   ) {
+    if (isCluster(conn)) return;
     const learnId = () => {
       this.clientId = (this.conn.client("ID") as Promise<number>).catch(() => undefined);
     };
@@ -48,13 +62,38 @@ export class TailReader {
     return this.clientId;
   }
 
+  /** On a Cluster, the `host:port` of the node this reader blocks on; undefined on one node. */
+  address(): string | undefined {
+    return this.node === undefined ? undefined : nodeKey(this.node);
+  }
+
+  /** The connection a read of `key` is sent on (see the class comment). */
+  private readerFor(key: string | undefined): RedisClient {
+    const conn = this.conn;
+    if (!isCluster(conn) || key === undefined) return conn;
+    const addr = conn.slots[slotOf(key)]?.[0];
+    const node = addr === undefined ? undefined : conn.nodes("master").find((n) => nodeKey(n) === addr);
+    if (node === undefined) {
+      this.node = undefined;
+      this.clientId = Promise.resolve(undefined);
+      return conn;
+    }
+    if (node !== this.node || node.status !== "ready") {
+      this.node = node;
+      this.clientId = (node.client("ID") as Promise<number>).catch(() => undefined);
+    }
+    return node;
+  }
+
   /**
    * Waits up to `blockMs` for entries after `after[i]` in `streams[i]`; returns each stream's new
    * entries (an empty map on timeout or when woken).
    */
   async read(streams: readonly TailStream[], after: readonly string[], blockMs: number, count: number): Promise<Map<number, TailEntry[]>> {
     const keys = streams.map((s) => this.keys.events(s.userId, s.emitterId, s.channel));
-    const reply = (await this.conn.xread("COUNT", count, "BLOCK", blockMs, "STREAMS", ...keys, ...after)) as [string, RawEntries][] | null;
+    const reply = (await this.readerFor(keys[0]).xread("COUNT", count, "BLOCK", blockMs, "STREAMS", ...keys, ...after)) as
+      | [string, RawEntries][]
+      | null;
     const out = new Map<number, TailEntry[]>();
     for (const [key, raw] of reply ?? []) {
       const i = keys.indexOf(key);
@@ -89,10 +128,21 @@ export class LiveTailStore {
     return new TailReader(this.connect(name), this.keys);
   }
 
-  /** Ends a reader's blocking read now (CLIENT UNBLOCK); a reader not blocked is unaffected. */
+  /**
+   * Ends a reader's blocking read now (CLIENT UNBLOCK); a reader not blocked is unaffected. On a
+   * Cluster, sent on this client's connection to the reader's node (a client id is per node).
+   */
   async unblock(reader: TailReader): Promise<void> {
     const id = await reader.id();
-    if (id !== undefined) await this.redis.client("UNBLOCK", id);
+    if (id === undefined) return;
+    const redis = this.redis;
+    if (!isCluster(redis)) {
+      await redis.client("UNBLOCK", id);
+      return;
+    }
+    const addr = reader.address();
+    const node = addr === undefined ? undefined : redis.nodes("all").find((n) => nodeKey(n) === addr);
+    await node?.client("UNBLOCK", id);
   }
 
   /** The id of the stream's newest entry ("0-0" when it is empty or absent). */

@@ -1,3 +1,4 @@
+import type { Cluster } from "ioredis";
 import type { RedisClient } from "./context.js";
 import { UnavailableError } from "../domain/errors.js";
 
@@ -19,6 +20,12 @@ export interface AckToken {
  * - **Same connection, really.** A connection that reconnected between `begin` and the end of the
  *   WAIT (a failover) may have written to the old master and waited on the new one, which would
  *   confirm nothing: that counts as not confirmed.
+ * - **Redis Cluster.** A Cluster client has one connection per master, and a request's writes may
+ *   have gone through any of them, so the WAIT is sent on every master connection of the client and
+ *   the least count wins. A master the request did not write to answers at once (nothing of this
+ *   connection is pending there) with its connected replicas, so each master needs its replicas
+ *   for any write to be acknowledged. A node added to or dropped from the client's pool (a
+ *   failover: the old master's connection is dropped) counts as a reconnection.
  *
  * Fewer than `replicas` confirmations throw a 503 with `Retry-After: 1`; the write may still be
  * applied (and its event delivered): at least once.
@@ -35,9 +42,14 @@ export class ReplicaAck {
     const unique = [...new Set(connections)];
     this.epochs = unique.map(() => 0);
     unique.forEach((c, i) => {
-      c.on("connect", () => {
+      const bump = () => {
         this.epochs[i] = (this.epochs[i] ?? 0) + 1;
-      });
+      };
+      c.on("connect", bump);
+      if (c.isCluster) {
+        c.on("+node", bump);
+        c.on("-node", bump);
+      }
     });
     this.gates = unique.map((c) => new WaitGate(c, replicas, timeoutMs));
   }
@@ -90,7 +102,7 @@ class WaitGate {
   }
 
   private send(): Promise<number> {
-    const p = this.redis.wait(this.replicas, this.timeoutMs);
+    const p = waitOn(this.redis, this.replicas, this.timeoutMs);
     this.inFlight = p;
     const clear = () => {
       if (this.inFlight === p) this.inFlight = undefined;
@@ -99,3 +111,14 @@ class WaitGate {
     return p;
   }
 }
+
+/** WAIT on one connection; on a Cluster, on each master connection of the client, the least count. */
+async function waitOn(redis: RedisClient, replicas: number, timeoutMs: number): Promise<number> {
+  if (!isCluster(redis)) return redis.wait(replicas, timeoutMs);
+  const masters = redis.nodes("master");
+  if (masters.length === 0) return 0;
+  const counts = await Promise.all(masters.map((node) => node.wait(replicas, timeoutMs)));
+  return Math.min(...counts);
+}
+
+const isCluster = (redis: RedisClient): redis is Cluster => redis.isCluster;

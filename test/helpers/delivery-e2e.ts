@@ -4,6 +4,7 @@ import type { Redis } from "ioredis";
 import { afterAll, beforeAll, expect } from "vitest";
 import { QUEUES } from "../../src/queue/catalog.js";
 import { createKeys } from "../../src/store/keys.js";
+import { outboxLength } from "../../src/store/outbox-stream.js";
 import { type Client, startTestDaemon, type TestDaemon } from "./daemon.js";
 import { type AnswerFn, type ReceivedRequest, type Receiver, startReceiver, waitFor } from "./receiver.js";
 import { connectRedis } from "./redis.js";
@@ -41,12 +42,12 @@ export async function closeHarness(h: Harness | undefined): Promise<void> {
  * active or delayed; twice in a row.
  */
 export async function quiet(h: Harness): Promise<void> {
-  const outbox = createKeys(h.td.prefix).outbox();
+  const keys = createKeys(h.td.prefix);
   let calm = 0;
   await waitFor(
     async () => {
       const [len, counts] = await Promise.all([
-        h.redis.xlen(outbox),
+        outboxLength(h.redis, keys),
         h.queue.getJobCounts("wait", "active", "delayed", "prioritized", "waiting-children"),
       ]);
       const busy = len + Object.values(counts).reduce((a, b) => a + b, 0);

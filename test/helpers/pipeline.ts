@@ -11,7 +11,8 @@ import { FairGate } from "../../src/delivery/fair-gate.js";
 import { DeliveryJobQueue } from "../../src/delivery/jobs.js";
 import { DeliveryWorker } from "../../src/delivery/worker.js";
 import { deliveryIdFor } from "../../src/domain/ids.js";
-import { FANOUT_GROUP, FanoutWorker } from "../../src/events/fanout.js";
+import { FanoutWorker } from "../../src/events/fanout.js";
+import { entryRef, OutboxStream, outboxLength as lengthOf } from "../../src/store/outbox-stream.js";
 import { EventStore } from "../../src/store/events.js";
 import { createGuardedAgent } from "../../src/net/guarded-agent.js";
 import { createLogger } from "../../src/observability/logger.js";
@@ -105,8 +106,9 @@ export function deliveryWorker(through = attempter()): DeliveryWorker {
   return worker;
 }
 
+/** Creates the fan-out group on every shard outbox (as a fan-out worker's start does). */
 export async function createGroup(): Promise<void> {
-  await w.redis.xgroup("CREATE", w.keys.outbox(), FANOUT_GROUP, "0", "MKSTREAM");
+  await new OutboxStream(w.redis, w.redis, w.keys).ensureGroup();
 }
 
 export async function recordEvents(userId: string, emitterId: string, n: number): Promise<string[]> {
@@ -120,9 +122,18 @@ export async function recordEvents(userId: string, emitterId: string, n: number)
   });
 }
 
+/** Every shard outbox's entries, named by refs (`<shard>/<id>`, as FanoutWorker.process takes them), shard after shard. */
 export async function outboxEntries(): Promise<[string, string[]][]> {
-  return (await w.redis.xrange(w.keys.outbox(), "-", "+")) as [string, string[]][];
+  const out: [string, string[]][] = [];
+  for (let shard = 0; shard < w.keys.shards; shard++) {
+    const entries = (await w.redis.xrange(w.keys.shardOutbox(shard), "-", "+")) as [string, string[]][];
+    for (const [id, fields] of entries) out.push([entryRef(shard, id), fields]);
+  }
+  return out;
 }
+
+/** Entries in every shard outbox. */
+export const outboxLength = (): Promise<number> => lengthOf(w.redis, w.keys);
 
 export async function jobIds(queue: Queue): Promise<string[]> {
   const jobs = await queue.getJobs(["wait", "active", "delayed", "completed", "failed", "prioritized"]);
@@ -168,7 +179,8 @@ export async function hookedUser(path: string, emitter: string, userId = newUser
   return { userId, hook, deliveryOf };
 }
 
-export const outboxPending = async () => Number(((await w.redis.xpending(w.keys.outbox(), FANOUT_GROUP)) as unknown[])[0] ?? 0);
+/** Entries read and not acknowledged, over every shard outbox. */
+export const outboxPending = async () => (await new OutboxStream(w.redis, w.redis, w.keys).stats()).pending;
 
 /**
  * Registers the hooks of a pipeline test file: a fresh key space, connections, queues and stores

@@ -3,15 +3,16 @@ import { TAKE_TOKENS_LUA } from "./token-bucket.js";
 
 /**
  * The one atomic step that makes events durable (ARCHITECTURE "record"): append each event to the
- * emitter's summary stream, trimmed to exactly the latest 100, and to the outbox that fan-out
- * workers read. Once this returns, the caller may acknowledge; a crash afterwards loses nothing.
+ * emitter's summary stream, trimmed to exactly the latest 100, and to the outbox of the user's
+ * shard that fan-out workers read (`keys.outboxOf`: in the user's slot, so this stays one script
+ * on a Redis Cluster). Once this returns, the caller may acknowledge; a crash afterwards loses nothing.
  *
  * An event nobody listens to does not go to the outbox: when neither of the subscription index
  * sets that fan-out would look up (exact emitter and its glob, on this channel) exists, only the
  * summary is written. This is the same decision fan-out would take, made atomically with the
  * record, so a subscription created after the script ran applies from the next event on.
  *
- * KEYS[1] summary stream, KEYS[2] outbox stream, KEYS[3] set of the emitter's channels, KEYS[4]
+ * KEYS[1] summary stream, KEYS[2] the user's shard outbox stream, KEYS[3] set of the emitter's channels, KEYS[4]
  * and KEYS[5] the exact and glob subscription index sets (the same key twice when the emitter has
  * no glob), KEYS[6] a key that must exist (the workflow record) unless it repeats KEYS[1]: when it
  * is missing nothing is written and the script returns nil, so the caller registers the workflow

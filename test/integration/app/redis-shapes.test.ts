@@ -9,8 +9,9 @@ import { waitFor } from "../../helpers/wait.js";
 
 /**
  * Start-up of the daemon as an operator runs it, for the Redis shapes of SPEC §8 it refuses: more
- * than one shape, Sentinel without its group name, Redis Cluster (not supported yet), and a REDIS_URL
- * that points at a Cluster node. Each exits 1 with one line on stderr that says why.
+ * than one shape, Sentinel without its group name, and a REDIS_URL that points at a Cluster node
+ * (REDIS_CLUSTER_NODES is the way to a Cluster). Each exits 1 with one line on stderr that says why.
+ * A daemon on REDIS_CLUSTER_NODES is tested in test/integration/durability/cluster-connections.test.ts.
  */
 
 afterAll(async () => {
@@ -42,10 +43,12 @@ describe("start-up with a Redis shape it refuses", () => {
     expect(r.stderr).toEqual([expect.stringMatching(/^tributary: invalid REDIS_SENTINELS: needs REDIS_SENTINEL_NAME/)]);
   }, 90_000);
 
-  it("exits 1 with REDIS_CLUSTER_NODES: Cluster support is not complete", async () => {
-    const r = await refusal({ REDIS_CLUSTER_NODES: "127.0.0.1:7000,127.0.0.1:7001" });
+  it("exits 1 naming the variables when REDIS_URL and REDIS_CLUSTER_NODES are both set", async () => {
+    const r = await refusal({ REDIS_URL: "redis://127.0.0.1:1", REDIS_CLUSTER_NODES: "127.0.0.1:7000,127.0.0.1:7001" });
     expect(r.code).toBe(1);
-    expect(r.stderr).toEqual([expect.stringMatching(/^tributary: REDIS_CLUSTER_NODES: Redis Cluster is not supported yet/)]);
+    expect(r.stderr).toEqual([
+      expect.stringMatching(/^tributary: conflicting Redis settings: REDIS_URL and REDIS_CLUSTER_NODES are both set/),
+    ]);
   }, 90_000);
 
   it("exits 1 when REDIS_URL points at a Redis Cluster node", async () => {
@@ -60,7 +63,9 @@ describe("start-up with a Redis shape it refuses", () => {
       await waitFor(() => redisAnswersPing(port), { timeoutMs: 15_000, what: "a cluster-enabled redis-server" });
       const r = await refusal({ REDIS_URL: `redis://127.0.0.1:${port}` });
       expect(r.code).toBe(1);
-      expect(r.stderr).toEqual([expect.stringMatching(/^tributary: the Redis server is a Redis Cluster node, which is not supported yet/)]);
+      expect(r.stderr).toEqual([
+        expect.stringMatching(/^tributary: the Redis server at REDIS_URL is a Redis Cluster node .*set REDIS_CLUSTER_NODES/),
+      ]);
     } finally {
       server.kill("SIGKILL");
       rmSync(dir, { recursive: true, force: true });

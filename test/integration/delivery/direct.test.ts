@@ -12,6 +12,7 @@ import {
   hookedUser,
   installPipeline,
   jobIds,
+  outboxLength,
   outboxPending,
   recordEvents,
   rx,
@@ -40,7 +41,7 @@ describe("direct first attempts (delivery/direct.ts)", () => {
     expect(records.map((d) => d.attempts.map((a) => a.status_code))).toEqual([[200], [200], [200]]);
     // The BullMQ worker of deliveryWorker() never started: no job was needed.
     expect(await jobIds(w.deliveryQueue)).toEqual([]);
-    await waitFor(async () => (await w.redis.xlen(w.keys.outbox())) === 0 && (await outboxPending()) === 0, {
+    await waitFor(async () => (await outboxLength()) === 0 && (await outboxPending()) === 0, {
       what: "the outbox entries acknowledged and deleted",
     });
     const counted = (await fanoutRegistry.getSingleMetric("tributary_fanout_direct_deliveries_total")?.get())?.values;
@@ -94,10 +95,10 @@ describe("direct first attempts (delivery/direct.ts)", () => {
       expect(await jobIds(w.deliveryQueue)).toEqual(more.map(deliveryOf).sort());
       expect(await w.deliveryQueue.getJob(deliveryOf(held as string))).toBeUndefined();
       // The held entry is still pending; the others are acknowledged and gone.
-      await waitFor(async () => (await w.redis.xlen(w.keys.outbox())) === 1, { what: "only the held entry left" });
+      await waitFor(async () => (await outboxLength()) === 1, { what: "only the held entry left" });
       expect(await outboxPending()).toBe(1);
       release();
-      await waitFor(async () => (await outboxPending()) === 0 && (await w.redis.xlen(w.keys.outbox())) === 0, {
+      await waitFor(async () => (await outboxPending()) === 0 && (await outboxLength()) === 0, {
         what: "the held entry acknowledged once its attempt settled",
       });
     } finally {

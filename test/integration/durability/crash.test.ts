@@ -7,6 +7,7 @@ import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { deliveryIdFor } from "../../../src/domain/ids.js";
 import { FANOUT_GROUP } from "../../../src/events/fanout.js";
+import { OutboxStream } from "../../../src/store/outbox-stream.js";
 import { QUEUES } from "../../../src/queue/catalog.js";
 import { type EmbeddedRedis, freePort, startEmbeddedRedis } from "../../../src/redis/embedded.js";
 import { createKeys } from "../../../src/store/keys.js";
@@ -147,9 +148,8 @@ function deliveryQueue(conn: Redis, prefix: string): Queue {
 /** What a worker leaves behind when it dies: outbox entries read but not acknowledged, and jobs. */
 async function inFlight(conn: Redis, prefix: string) {
   const keys = createKeys(prefix);
-  const [outboxLength, pending, counts] = await Promise.all([
-    conn.xlen(keys.outbox()),
-    conn.xpending(keys.outbox(), FANOUT_GROUP).then((r) => Number((r as unknown[])[0] ?? 0)),
+  const [{ length: outboxLength, pending }, counts] = await Promise.all([
+    new OutboxStream(conn, conn, keys).stats(),
     deliveryQueue(conn, prefix).getJobCounts("active", "wait", "delayed", "prioritized"),
   ]);
   return {
@@ -282,8 +282,12 @@ function tally(hookPath: string): Tally {
 async function whereAre(ids: string[], conn: Redis, prefix: string, p: Provisioned): Promise<string> {
   const keys = createKeys(prefix);
   const q = deliveryQueue(conn, prefix);
-  const outbox = (await conn.xrange(keys.outbox(), "-", "+")) as [string, string[]][];
-  const pending = (await conn.xpending(keys.outbox(), FANOUT_GROUP, "-", "+", 10_000)) as [string, string, number, number][];
+  const outbox: [string, string[]][] = [];
+  const pending: [string, string, number, number][] = [];
+  for (let shard = 0; shard < keys.shards; shard++) {
+    outbox.push(...((await conn.xrange(keys.shardOutbox(shard), "-", "+")) as [string, string[]][]));
+    pending.push(...((await conn.xpending(keys.shardOutbox(shard), FANOUT_GROUP, "-", "+", 10_000)) as [string, string, number, number][]));
+  }
   const lines = [
     `now ${new Date().toISOString()}; outbox ${outbox.length} entries, ${pending.length} read but not acked; jobs ${JSON.stringify(await q.getJobCounts())}`,
   ];

@@ -13,6 +13,8 @@ import {
   newUserId,
   newWebhook,
   outboxEntries,
+  outboxLength,
+  outboxPending,
   recordEvents,
   rx,
   w,
@@ -55,7 +57,7 @@ describe("fan-out redo", () => {
     expect(await w.redis.xlen(w.keys.runStream())).toBe(3);
     // The attempt log gets a record when the first attempt ends, not at fan-out.
     expect(await w.redis.zcard(w.keys.deliveries(userId, hook.id))).toBe(0);
-    expect(await w.redis.xlen(w.keys.outbox())).toBe(0);
+    expect(await outboxLength()).toBe(0);
 
     // Delivered once each...
     deliveryWorker().start();
@@ -100,20 +102,20 @@ describe("record without listeners", () => {
         acceptedAtMs: Date.now(),
       });
     await channelOf("p_quiet", "");
-    expect(await w.redis.xlen(w.keys.outbox())).toBe(0);
+    expect(await outboxLength()).toBe(0);
     expect(await w.redis.xlen(w.keys.events(userId, "p_quiet", ""))).toBe(1);
 
     // An exact subscription on another channel does not count; one on this channel does.
     await w.subscriptions.create(userId, "p_quiet", "wh_listener0001", "other");
     await channelOf("p_quiet", "");
-    expect(await w.redis.xlen(w.keys.outbox())).toBe(0);
+    expect(await outboxLength()).toBe(0);
     await channelOf("p_quiet", "other");
-    expect(await w.redis.xlen(w.keys.outbox())).toBe(1);
+    expect(await outboxLength()).toBe(1);
 
     // A glob subscription covers every emitter of its kind ("default" and "" are one channel)...
     await w.subscriptions.create(userId, "p_*", "wh_listener0001", "default");
     await channelOf("p_another", "");
-    expect(await w.redis.xlen(w.keys.outbox())).toBe(2);
+    expect(await outboxLength()).toBe(2);
     // ...but not the other kind, nor another user.
     await channelOf("dc_source000001", "");
     await w.events.record({
@@ -124,7 +126,7 @@ describe("record without listeners", () => {
       events: [{ payload: {}, meta: {}, emitId: "emit_y" }],
       acceptedAtMs: Date.now(),
     });
-    expect(await w.redis.xlen(w.keys.outbox())).toBe(2);
+    expect(await outboxLength()).toBe(2);
   });
 });
 
@@ -136,9 +138,9 @@ describe("fan-out takeover", () => {
     await createGroup();
     const ids = await recordEvents(userId, emitter, 5);
     // A consumer reads the entries and dies before fanning them out.
-    await w.redis.xreadgroup("GROUP", FANOUT_GROUP, "dead-consumer", "COUNT", 100, "STREAMS", w.keys.outbox(), ">");
+    await w.redis.xreadgroup("GROUP", FANOUT_GROUP, "dead-consumer", "COUNT", 100, "STREAMS", w.keys.outboxOf(userId), ">");
     const readAt = Date.now();
-    const pendingSummary = (await w.redis.xpending(w.keys.outbox(), FANOUT_GROUP)) as [number, string, string, [string, string][]];
+    const pendingSummary = (await w.redis.xpending(w.keys.outboxOf(userId), FANOUT_GROUP)) as [number, string, string, [string, string][]];
     expect(pendingSummary[0]).toBe(5);
     expect(pendingSummary[3]).toEqual([["dead-consumer", "5"]]);
 
@@ -150,10 +152,10 @@ describe("fan-out takeover", () => {
     const jobs = await w.deliveryQueue.getJobs(["wait"]);
     // Not taken before the entries had been idle for claimIdleMs.
     expect(Math.min(...jobs.map((j) => j.timestamp)) - readAt).toBeGreaterThanOrEqual(claimIdleMs - 20);
-    await waitFor(async () => Number(((await w.redis.xpending(w.keys.outbox(), FANOUT_GROUP)) as [number])[0]) === 0, {
+    await waitFor(async () => (await outboxPending()) === 0, {
       what: "the pending list to empty",
     });
-    expect(await w.redis.xlen(w.keys.outbox())).toBe(0);
+    expect(await outboxLength()).toBe(0);
 
     // The live consumer also reads new entries the normal way.
     const [late] = await recordEvents(userId, emitter, 1);
@@ -163,17 +165,20 @@ describe("fan-out takeover", () => {
 });
 
 describe("fan-out consumers", () => {
+  const userId = newUserId();
   const consumers = async () =>
-    ((await w.redis.xinfo("CONSUMERS", w.keys.outbox(), FANOUT_GROUP)) as string[][]).map((c) => ({ name: c[1], pending: Number(c[3]) }));
+    ((await w.redis.xinfo("CONSUMERS", w.keys.outboxOf(userId), FANOUT_GROUP)) as string[][]).map((c) => ({
+      name: c[1],
+      pending: Number(c[3]),
+    }));
 
   it("registers itself at start and prunes idle consumers of stopped processes, never one with pending entries", async () => {
     await createGroup();
     // A stopped process that read nothing, and a dead one that left an entry pending.
-    await w.redis.xgroup("CREATECONSUMER", w.keys.outbox(), FANOUT_GROUP, "stopped-consumer");
-    const userId = newUserId();
+    await w.redis.xgroup("CREATECONSUMER", w.keys.outboxOf(userId), FANOUT_GROUP, "stopped-consumer");
     await w.subscriptions.create(userId, "p_prune", "wh_listener0001", "");
     await recordEvents(userId, "p_prune", 1);
-    await w.redis.xreadgroup("GROUP", FANOUT_GROUP, "dead-consumer", "COUNT", 10, "STREAMS", w.keys.outbox(), ">");
+    await w.redis.xreadgroup("GROUP", FANOUT_GROUP, "dead-consumer", "COUNT", 10, "STREAMS", w.keys.outboxOf(userId), ">");
 
     const f = fanout("live-consumer", 60_000);
     await f.start();

@@ -38,13 +38,14 @@ describe("queue monitor", () => {
     await queue.add("webhook", { n: 1 }, { timestamp: Date.now() - 30_000 });
     await queue.add("webhook", { n: 2 });
     await queue.add("webhook", { n: 3 }, { delay: 60_000 });
-    // Five outbox entries, the oldest 20 s old; a consumer read two and acknowledged none.
-    const outbox = space.keys.outbox();
-    await space.redis.xgroup("CREATE", outbox, FANOUT_GROUP, "0", "MKSTREAM");
-    const firstMs = Date.now() - 20_000;
-    await space.redis.xadd(outbox, `${firstMs}-0`, "i", "a");
-    for (let i = 0; i < 4; i++) await space.redis.xadd(outbox, "*", "i", String(i));
-    await space.redis.xreadgroup("GROUP", FANOUT_GROUP, "c1", "COUNT", 2, "STREAMS", outbox, ">");
+    // Five outbox entries over three shard outboxes, the oldest 20 s old (shard 5); a consumer read
+    // two (shard 0) and acknowledged none. The series are sums over the shards.
+    const shard = (i: number) => space.keys.shardOutbox(i);
+    await new OutboxStream(space.redis, space.redis, space.keys).ensureGroup();
+    await space.redis.xadd(shard(5), `${Date.now() - 20_000}-0`, "i", "a");
+    for (let i = 0; i < 2; i++) await space.redis.xadd(shard(0), "*", "i", String(i));
+    for (let i = 0; i < 2; i++) await space.redis.xadd(shard(15), "*", "i", String(i));
+    await space.redis.xreadgroup("GROUP", FANOUT_GROUP, "c1", "COUNT", 2, "STREAMS", shard(0), ">");
 
     const registry = new Registry();
     const monitor = new QueueMonitor([queue], createMetrics(registry), 60_000, new OutboxStream(space.redis, space.redis, space.keys));
@@ -59,9 +60,11 @@ describe("queue monitor", () => {
     expect(g.age("outbox")).toBeLessThan(60);
 
     // Handed off (acknowledged and deleted): the outbox reads empty and its age drops to 0.
-    const ids = ((await space.redis.xrange(outbox, "-", "+")) as [string, string[]][]).map(([id]) => id);
-    await space.redis.xack(outbox, FANOUT_GROUP, ...ids);
-    await space.redis.xdel(outbox, ...ids);
+    for (const outbox of [0, 5, 15].map(shard)) {
+      const ids = ((await space.redis.xrange(outbox, "-", "+")) as [string, string[]][]).map(([id]) => id);
+      await space.redis.xack(outbox, FANOUT_GROUP, ...ids);
+      await space.redis.xdel(outbox, ...ids);
+    }
     await monitor.sample();
     const after = await gauges(registry);
     expect([after.depth("outbox", "waiting"), after.depth("outbox", "active"), after.age("outbox")]).toEqual([0, 0, 0]);

@@ -47,8 +47,10 @@ import { HTTP_ESM, TIMER_CJS } from "../api/support.js";
  * cross-tag writes fixed since are in docs/decisions.md "Cross-tag writes".
  */
 const KNOWN_CROSS_SLOT: Readonly<Record<string, string>> = {
-  "script tribRecordEvents {global}+{shard}":
-    "the record script appends to the one global outbox ({prefix}) in the same atomic step as the user's event streams; needs the per-shard outbox (design 4.2/4.3)",
+  "XREADGROUP at src/store/outbox-stream.ts OutboxStream.ackAndRead {shard}":
+    'on one node fan-out reads every shard outbox in one blocking XREADGROUP (one read group); on a Cluster each shard is a read group of its own, one slot each (docs/decisions.md "Sharded outbox"; test/integration/events/outbox-cluster.test.ts)',
+  "PIPELINE at src/store/outbox-stream.ts run {shard}":
+    'on one node the per-shard outbox commands (acks, stats, consumer registration) share one pipeline; on a Cluster each shard has its own (docs/decisions.md "Sharded outbox")',
 };
 
 type Kind = "script" | "multi" | "command" | "pipeline";

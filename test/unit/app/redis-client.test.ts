@@ -1,7 +1,7 @@
 import { Cluster, Redis } from "ioredis";
 import { describe, expect, it } from "vitest";
 import {
-  ClusterNotSupportedError,
+  clusterRedirections,
   openCluster,
   openRedis,
   type RedisTarget,
@@ -82,9 +82,9 @@ describe("openRedis", () => {
     made.disconnect();
   });
 
-  it("refuses a Cluster target (the key space is not sharded yet)", () => {
+  it("refuses a Cluster target: a one-node client to one Cluster node would spin on MOVED", () => {
     expect(() => openRedis({ kind: "cluster", nodes: [{ host: "c", port: 7000 }], auth: none, failoverTimeoutMs: 1000 }, lazy)).toThrow(
-      ClusterNotSupportedError,
+      /openCluster/,
     );
   });
 });
@@ -100,6 +100,9 @@ describe("openCluster", () => {
     expect(c.options.retryDelayOnClusterDown).toBeGreaterThan(0);
     expect(c.options.retryDelayOnTryAgain).toBeGreaterThan(0);
     expect(c.options.redisOptions).toMatchObject({ username: "app", password: "pw", connectTimeout: 4000, maxRetriesPerRequest: 2 });
+    // Retries outlast a failover bounded by REDIS_FAILOVER_TIMEOUT_MS (node timeout + election).
+    expect((c.options.maxRedirections ?? 0) * (c.options.retryDelayOnFailover ?? 0)).toBeGreaterThan(4000);
+    expect(c.options.maxRedirections).toBe(clusterRedirections(4000));
     c.disconnect();
   });
 });
