@@ -192,7 +192,7 @@ export async function buildContext(o: ContextOptions): Promise<BenchContext> {
       const dm = ctx.dep;
       if (!dm.hasWorker) return; // nothing drains the outbox (BENCH_DAEMON_ENV=ROLES=api)
       if (!deliveryQueue) {
-        const q = new Queue("delivery", { connection: redis, prefix: keys.bullPrefix });
+        const q = new Queue("delivery", { connection: redis, prefix: keys.queuePrefix("delivery") });
         cleanups.push(() => q.close());
         deliveryQueue = q;
       }
@@ -215,7 +215,7 @@ export async function buildContext(o: ContextOptions): Promise<BenchContext> {
         url: dm.url,
         key: ctx.key,
         redis,
-        bullPrefix: keys.bullPrefix,
+        queuePrefix: keys.queuePrefix,
         runStream: keys.runStream(),
         runParked: keys.runParked(),
         metricsSeeWorker: !o.split && dm.hasWorker,

@@ -115,7 +115,7 @@ async function once(m: DaemonModules, kind: Kind, profFile: string | undefined):
 
   // The bench's own connection and handle on the delivery queue: pause, resume, clean up.
   const admin = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
-  const control = new Queue(QUEUES.delivery, { connection: admin, prefix: keys.bullPrefix });
+  const control = new Queue(QUEUES.delivery, { connection: admin, prefix: keys.queuePrefix("delivery") });
 
   const { user } = await core.stores.users.create({ username: "deliveryonly", email: "deliveryonly@example.com", plan: "paid" });
   const hook = await core.services.webhooks.create(user.id, { url: target });
@@ -162,7 +162,7 @@ async function once(m: DaemonModules, kind: Kind, profFile: string | undefined):
         });
         await res.body.dump();
       },
-      { connection, prefix: keys.bullPrefix, concurrency: CONCURRENCY },
+      { connection, prefix: keys.queuePrefix("delivery"), concurrency: CONCURRENCY },
     );
     await worker.waitUntilReady();
     plain = { worker, agent, connection };

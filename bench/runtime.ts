@@ -9,6 +9,7 @@ import type { Redis } from "ioredis";
 import { QUEUES } from "../src/queue/catalog.js";
 import { DEFAULT_INLINE_RUNS_PER_SOURCE } from "../src/runtime/source-requests.js";
 import { schedulerId } from "../src/runtime/timers.js";
+import type { Keys } from "../src/store/keys.js";
 import { spawnNode } from "./child.js";
 import { api, apiData } from "./daemon-process.js";
 import { hammerStatus, type StatusLoopResult, smallEvent } from "./load.js";
@@ -127,7 +128,8 @@ export interface RuntimeContext {
   /** A user API key. */
   readonly key: string;
   readonly redis: Redis;
-  readonly bullPrefix: string;
+  /** BullMQ prefix of a queue (each queue has its own tag). */
+  readonly queuePrefix: Keys["queuePrefix"];
   /** The run stream's key: queued runs not yet settled. */
   readonly runStream: string;
   /** The hash of runs parked until their user has room in the run stream. */
@@ -188,7 +190,7 @@ export interface SourceHttpResult {
  * fast the workers completed runs, waiting (bounded) for the backlog to drain.
  */
 export async function sourceHttpPhase(c: RuntimeContext, drainDeadlineMs: number, concurrency: number): Promise<SourceHttpResult> {
-  const queue = new Queue(QUEUES.sourceRun, { connection: c.redis, prefix: c.bullPrefix });
+  const queue = new Queue(QUEUES.sourceRun, { connection: c.redis, prefix: c.queuePrefix("source-run") });
   const source = await createSource(c, "bench-http", QUEUED_COMPONENT);
   const queuedRuns = async () => (await c.redis.xlen(c.runStream)) + (await c.redis.hlen(c.runParked));
   try {
@@ -312,7 +314,7 @@ export interface TimerResult {
  * code ran; the scheduled slots come from the BullMQ job scheduler (next run − k × interval).
  */
 export async function timerPhase(c: RuntimeContext, durationS: number): Promise<TimerResult> {
-  const timers = new Queue(QUEUES.timers, { connection: c.redis, prefix: c.bullPrefix });
+  const timers = new Queue(QUEUES.timers, { connection: c.redis, prefix: c.queuePrefix("timers") });
   const before = c.metricsSeeWorker ? await scrape(c.url) : "";
   const source = await createSource(c, "bench-timer", TIMER_COMPONENT, { timer: { intervalSeconds: 1 } });
   try {

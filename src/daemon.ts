@@ -50,6 +50,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     const conns = createConnections(target, { commandTimeoutMs: requestCommandTimeoutMs(config), logger });
     shutdown.on("redis", "connections", () => conns.closeAll());
     const core = createCore({ config, logger, conns, registryDir: opts.registryDir, shutdown });
+    await core.prepare();
 
     const delivery = roles.has("worker") ? createDeliveryFeature(core, conns, shutdown) : undefined;
     await delivery?.start();

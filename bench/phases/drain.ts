@@ -10,7 +10,7 @@ import { fmt } from "../stats.js";
 
 /** BENCH_TRACE=1: once a second, where the drain's backlog sits (outbox, delivery queue, delivered). */
 function trace({ redis, keys, receiver, log }: BenchContext): () => void {
-  const q = new Queue("delivery", { connection: redis, prefix: keys.bullPrefix });
+  const q = new Queue("delivery", { connection: redis, prefix: keys.queuePrefix("delivery") });
   const timer = setInterval(() => {
     void (async () => {
       const outbox = await outboxLength(redis, keys);

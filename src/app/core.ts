@@ -13,7 +13,7 @@ import { Ingest } from "../events/ingest.js";
 import { createGuardedAgent } from "../net/guarded-agent.js";
 import type { Logger } from "../observability/logger.js";
 import { createMetrics } from "../observability/metrics.js";
-import { QUEUES } from "../queue/catalog.js";
+import { QUEUES, type QueueName } from "../queue/catalog.js";
 import { createAnalyzer } from "../runtime/analyzer.js";
 import { logSandboxCrash } from "../runtime/fatal.js";
 import { SourceCache } from "../store/source-cache.js";
@@ -33,6 +33,7 @@ import { ComponentStore } from "../store/components.js";
 import type { StoreContext } from "../store/context.js";
 import { EventStore } from "../store/events.js";
 import { createKeys } from "../store/keys.js";
+import { prepareLayout } from "../store/layout-migration.js";
 import { RateLimiter } from "../store/rate-limit.js";
 import { ReplayStore } from "../store/replays.js";
 import { ResourceUsage } from "../store/resource-usage.js";
@@ -62,19 +63,20 @@ export interface CoreOptions {
 export function createCore(o: CoreOptions) {
   const { config, logger, conns, shutdown } = o;
   const redis = conns.commands;
-  const keys = createKeys(config.keyPrefix);
+  const keys = createKeys(config.keyPrefix, config.outboxShards);
   const ctx: StoreContext = { redis, keys, now: Date.now, randomBytes: pooledRandomBytes((buf) => randomFillSync(buf)) };
   const registry = new Registry();
   const metrics = createMetrics(registry);
   const agent = createGuardedAgent({ allowPrivate: config.allowPrivateDestinations });
   shutdown.on("queues", "agent", () => agent.close());
 
-  const queueOpts = { connection: conns.queues, prefix: keys.bullPrefix };
+  // Each queue under its own hash tag (SPEC §8); the delivery queue kept layout 1's `{bull}`.
+  const queue = (name: QueueName) => new Queue(name, { connection: conns.queues, prefix: keys.queuePrefix(name) });
   const queues = {
-    delivery: new Queue(QUEUES.delivery, queueOpts),
-    sourceRun: new Queue(QUEUES.sourceRun, queueOpts),
-    maintenance: new Queue(QUEUES.maintenance, queueOpts),
-    timers: new Queue(QUEUES.timers, queueOpts),
+    delivery: queue(QUEUES.delivery),
+    sourceRun: queue(QUEUES.sourceRun),
+    maintenance: queue(QUEUES.maintenance),
+    timers: queue(QUEUES.timers),
   };
   for (const q of Object.values(queues)) {
     q.on("error", (err) => logger.warn({ err: err.message, queue: q.name }, "queue error"));
@@ -134,7 +136,6 @@ export function createCore(o: CoreOptions) {
     openBlocking: (name) => conns.blocking(name),
     keys,
     connection: conns.workers,
-    prefix: keys.bullPrefix,
     agent,
     users: stores.users,
     sourceStore: stores.sources,
@@ -180,6 +181,14 @@ export function createCore(o: CoreOptions) {
     config,
     logger,
     keys,
+    /**
+     * Start-up check, before any role starts (daemon and CLI): the layout record agrees with
+     * OUTBOX_SHARDS (else LayoutMismatchError), after migrating layout-1 data when there is some.
+     */
+    async prepare(): Promise<void> {
+      const { migrated } = await prepareLayout({ redis, keys, connection: conns.queues, now: Date.now });
+      if (migrated) logger.info({ ...migrated }, "migrated the Redis data from key layout 1 to layout 2");
+    },
     ctx,
     metrics,
     agent,

@@ -87,7 +87,7 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
   });
   const worker = new DeliveryWorker({
     connection: conns.workers,
-    prefix: keys.bullPrefix,
+    prefix: keys.queuePrefix("delivery"),
     concurrency: config.deliveryConcurrency,
     attempter,
     gate,
@@ -120,7 +120,12 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     logger,
   });
   shutdown.on("workers", "replay driver", () => replayDriver.close());
-  const maintenance = new MaintenanceWorker({ connection: conns.workers, prefix: keys.bullPrefix, events: stores.events, logger });
+  const maintenance = new MaintenanceWorker({
+    connection: conns.workers,
+    prefix: keys.queuePrefix("maintenance"),
+    events: stores.events,
+    logger,
+  });
   // BullMQ workers open their connections when constructed: their close steps go in now.
   shutdown.on("workers", "delivery worker", () => worker.close());
   shutdown.on("workers", "fan-out", () => fanout.close());

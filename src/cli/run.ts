@@ -11,6 +11,7 @@ import { AppError } from "../domain/errors.js";
 import { projectRoot } from "../paths.js";
 import { embeddedUrlFile } from "../redis/embedded.js";
 import { parseNewUser } from "../services/users.js";
+import { formatPlacement, migrate, shardPlacement } from "./layout-commands.js";
 import { checkReadiness, defaultHealthUrl, HEALTHCHECK_TIMEOUT_MS } from "./healthcheck.js";
 
 const USAGE = `usage: tributary <command>
@@ -19,10 +20,13 @@ const USAGE = `usage: tributary <command>
   users rotate-key USER_ID                                        issues a new key; the old one stops working
   users delete USER_ID                                            removes the user and all their data, as the admin API does
                                                                   (sources' deactivate hooks run here; timers stop)
+  migrate                                                         moves the data of an older key layout to this one (stop every
+                                                                  process of the older version first; README "Upgrading")
+  cluster shards                                                  prints each outbox shard's hash tag, slot and node
   healthcheck [--url URL]                                         exits 0 when URL/readyz answers 200 within 2 s, else 1
                                                                   with one line on stderr (default: http://127.0.0.1:$OPS_PORT or $PORT)
 
-The users commands read REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES (or the embedded Redis of a daemon started from this folder) and REDIS_KEY_PREFIX.`;
+The users, migrate and cluster commands read REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES (or the embedded Redis of a daemon started from this folder) and REDIS_KEY_PREFIX.`;
 
 export interface CliIo {
   stdout(text: string): void;
@@ -62,7 +66,8 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
   });
   const [group, command, arg] = positionals;
   if (group === "healthcheck" && !values.help) return healthcheck(values.url, env, io);
-  if (values.help || group !== "users" || !command) {
+  const layoutCommand = group === "migrate" || (group === "cluster" && command === "shards");
+  if (values.help || ((group !== "users" || !command) && !layoutCommand)) {
     io.stdout(`${USAGE}\n`);
     return values.help ? 0 : 2;
   }
@@ -86,6 +91,16 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
   const core = createCore({ config, logger, conns, registryDir, shutdown });
   const users = core.stores.users;
   try {
+    if (group === "migrate") {
+      print(await migrate({ redis: conns.commands, keys: core.keys, connection: conns.queues }));
+      return 0;
+    }
+    if (group === "cluster") {
+      io.stdout(formatPlacement(await shardPlacement(conns.commands, core.keys)));
+      return 0;
+    }
+    // The daemon's start-up check: OUTBOX_SHARDS agrees with the deployment (layout-1 data migrated first).
+    await core.prepare();
     switch (command) {
       case "create": {
         const { user, apiKey } = await users.create(

@@ -28,6 +28,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     opsPort: e.OPS_PORT,
     redisUrl: e.REDIS_URL,
     keyPrefix: e.REDIS_KEY_PREFIX,
+    outboxShards: e.OUTBOX_SHARDS,
     redisCommandTimeoutMs: e.REDIS_COMMAND_TIMEOUT_MS,
     redisHa,
     dataDir: e.DATA_DIR,

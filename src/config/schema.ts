@@ -2,6 +2,7 @@ import { z } from "zod";
 import { MAX_CIRCUIT_COOLDOWN_MS } from "../domain/circuit.js";
 import { parseDuration, parseDurationList } from "../domain/duration.js";
 import type { UserLimits } from "../domain/limits.js";
+import { DEFAULT_OUTBOX_SHARDS, MAX_SHARDS } from "../domain/shards.js";
 import { type HostPort, parseHostList } from "./host-list.js";
 
 /**
@@ -60,7 +61,7 @@ export const envSchema = z.object({
     .optional(),
   /** Password of the sentinels themselves, when they require one (REDIS_PASSWORD is the data nodes'). */
   REDIS_SENTINEL_PASSWORD: z.string().min(1).optional(),
-  /** Seed nodes of a Redis Cluster (host:port,...). Not supported yet: the daemon refuses to start. */
+  /** Seed nodes of a Redis Cluster (host:port,...): the key space is sharded over its slots (OUTBOX_SHARDS). */
   REDIS_CLUSTER_NODES: hostList.optional(),
   /** Password of the Redis data nodes, for every shape (overrides one in REDIS_URL). */
   REDIS_PASSWORD: z.string().min(1).optional(),
@@ -81,6 +82,12 @@ export const envSchema = z.object({
     .string()
     .regex(/^[A-Za-z0-9_-]{1,32}$/, { message: "accepts 1-32 characters of [A-Za-z0-9_-]" })
     .default("trib"),
+  /**
+   * Shards of the key space (SPEC §8 "Sharded outbox"): outbox streams and hash tags users are
+   * spread over. Fixed for the life of a deployment: stored in Redis at first start, and a process
+   * whose value differs refuses to start (store/layout.ts).
+   */
+  OUTBOX_SHARDS: int(1, MAX_SHARDS).default(DEFAULT_OUTBOX_SHARDS),
   /**
    * How long a request waits for one Redis reply before it answers 503 (a stalled or unreachable
    * Redis). Applies to the connections requests use; blocking readers and queue workers wait.
@@ -253,6 +260,8 @@ export interface Config {
   readonly opsPort: number | undefined;
   readonly redisUrl: string | undefined;
   readonly keyPrefix: string;
+  /** OUTBOX_SHARDS: shards of the key space, fixed once stored (store/layout.ts). */
+  readonly outboxShards: number;
   readonly redisCommandTimeoutMs: number;
   /** The Redis deployment shape and its HA settings (SPEC §8). */
   readonly redisHa: RedisHaConfig;

@@ -38,7 +38,6 @@ export interface RuntimeDeps {
   openBlocking: (name: string) => RedisClient;
   keys: Keys;
   connection: ConnectionOptions;
-  prefix: string;
   agent: Agent;
   users: UserStore;
   sourceStore: SourceStore;
@@ -176,7 +175,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
       if (roles.has("worker")) {
         workers = new RuntimeWorkers({
           connection: d.connection,
-          prefix: d.prefix,
+          prefixes: { sourceRun: d.keys.queuePrefix("source-run"), timers: d.keys.queuePrefix("timers") },
           concurrency: config.sourceRunConcurrency,
           runner,
           backlog,

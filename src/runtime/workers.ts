@@ -40,7 +40,8 @@ export class RuntimeWorkers {
 
   constructor(d: {
     connection: ConnectionOptions;
-    prefix: string;
+    /** BullMQ prefixes of the source-run and timers queues (each queue has its own tag). */
+    prefixes: { sourceRun: string; timers: string };
     concurrency: number;
     runner: SourceRunner;
     /** Counts each user's BullMQ-queued runs (store/run-backlog.ts; jobs of earlier versions). */
@@ -105,7 +106,7 @@ export class RuntimeWorkers {
         // before here redoes the run (the job stalls) and counts it out then.
         await d.backlog.done(data.userId).catch((err) => d.logger.warn({ err }, "run backlog count failed"));
       },
-      { connection: d.connection, prefix: d.prefix, concurrency: d.concurrency, autorun: false, ...WORKER_RECOVERY },
+      { connection: d.connection, prefix: d.prefixes.sourceRun, concurrency: d.concurrency, autorun: false, ...WORKER_RECOVERY },
     );
     this.ticks = new Worker(
       QUEUES.timers,
@@ -119,7 +120,7 @@ export class RuntimeWorkers {
           data: { kind: "timer", userId: data.userId, sourceId: data.sourceId, intervalSeconds: data.intervalSeconds ?? null },
         });
       },
-      { connection: d.connection, prefix: d.prefix, concurrency: d.concurrency, autorun: false, ...WORKER_RECOVERY },
+      { connection: d.connection, prefix: d.prefixes.timers, concurrency: d.concurrency, autorun: false, ...WORKER_RECOVERY },
     );
     for (const w of [this.runs, this.ticks]) w.on("error", (err) => d.logger.error({ err }, "runtime worker error"));
   }

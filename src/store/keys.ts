@@ -1,3 +1,4 @@
+import { DEFAULT_OUTBOX_SHARDS } from "../domain/shards.js";
 import { shardOf, shardTags } from "./shard-layout.js";
 
 /**
@@ -14,8 +15,7 @@ import { shardOf, shardTags } from "./shard-layout.js";
  */
 export type Keys = ReturnType<typeof createKeys>;
 
-/** OUTBOX_SHARDS's default: the shards of a deployment that did not choose (fixed once written). */
-export const DEFAULT_OUTBOX_SHARDS = 16;
+export { DEFAULT_OUTBOX_SHARDS };
 
 /** The message on `keys.listenerChanges()`: one webhook, workflow or source, or every one of the user (`*`). */
 export function listenerChangeMessage(userId: string, id: string | "*"): string {
@@ -42,6 +42,8 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
     shardOf: (userId: string) => shardOf(userId, shards),
     /** hash: the deployment's layout (`version`, `outbox_shards`), written at first start and checked at every start */
     layout: () => `${g}:layout`,
+    /** string: the lock of the one process migrating layout 1 to layout 2 (store/layout.ts); expires */
+    layoutLock: () => `${g}:layout:lock`,
     /** SCAN pattern of every key under a user's hash tag (all of the user's data). */
     userPattern: (userId: string) => `${u(userId)}:*`,
     /** What every key of a user starts with (then `:`): `<prefix>:{<shard tag>}:<user id>`. */
@@ -55,8 +57,6 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
       queue === "delivery" ? `${prefix}:{bull}` : `${prefix}:{bull.${queue}}`,
     /** Layout 1's prefix of every BullMQ queue (store/layout-migration.ts moves the others' jobs). */
     legacyBullPrefix: `${prefix}:{bull}`,
-    /** TODO(layout 2): every queue under one tag, until each queue opens with `queuePrefix`. */
-    bullPrefix: `${prefix}:{bull}`,
 
     // ---- global ----
     /** hash: sha256(api key) -> user id */

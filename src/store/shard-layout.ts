@@ -1,4 +1,5 @@
 import keySlot from "cluster-key-slot";
+import { MAX_SHARDS } from "../domain/shards.js";
 
 /**
  * The shard layout of a deployment (SPEC §8 "Sharded outbox"): `OUTBOX_SHARDS` shards, each with
@@ -11,8 +12,7 @@ import keySlot from "cluster-key-slot";
 /** Redis Cluster's slot count. */
 const SLOTS = 16_384;
 
-/** The most shards a deployment can have (each shard owns at least one slot range of 16384 / it). */
-export const MAX_SHARDS = 1_024;
+export { MAX_SHARDS };
 
 /** FNV-1a, 32 bits: a fast, well-spread hash of a user id (ids are random base62). */
 export function fnv1a32(text: string): number {

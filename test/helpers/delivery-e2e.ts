@@ -25,7 +25,7 @@ export interface Harness {
 export async function harness(env: Record<string, string> = {}): Promise<Harness> {
   const td = await startTestDaemon(env);
   const redis = connectRedis();
-  const queue = new Queue(QUEUES.delivery, { connection: redis.duplicate(), prefix: createKeys(td.prefix).bullPrefix });
+  const queue = new Queue(QUEUES.delivery, { connection: redis.duplicate(), prefix: createKeys(td.prefix).queuePrefix("delivery") });
   return { td, redis, queue };
 }
 

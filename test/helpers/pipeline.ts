@@ -98,7 +98,7 @@ export function attempter(timeoutMs = 2_000): Attempter {
 /** The BullMQ delivery worker, not started. */
 export function deliveryWorker(through = attempter()): DeliveryWorker {
   const connection = w.redis.duplicate();
-  const worker = new DeliveryWorker({ connection, prefix: w.keys.bullPrefix, concurrency: 4, attempter: through, logger });
+  const worker = new DeliveryWorker({ connection, prefix: w.keys.queuePrefix("delivery"), concurrency: 4, attempter: through, logger });
   w.closers.push(async () => {
     await worker.close();
     connection.disconnect();
@@ -192,7 +192,7 @@ export function installPipeline(): void {
     const keys = createKeys(prefix);
     const redis = connectRedis();
     const ctx: StoreContext = { redis, keys, now: Date.now, randomBytes: (n) => randomBytes(n) };
-    const queueOpts = { connection: redis.duplicate(), prefix: keys.bullPrefix };
+    const connection = redis.duplicate();
     w = {
       prefix,
       keys,
@@ -202,8 +202,8 @@ export function installPipeline(): void {
       subscriptions: new SubscriptionStore(ctx),
       attemptLog: new AttemptLog(redis, keys, 1000, Date.now),
       events: new EventStore(redis, keys),
-      deliveryQueue: new Queue(QUEUES.delivery, queueOpts),
-      sourceRunQueue: new Queue(QUEUES.sourceRun, queueOpts),
+      deliveryQueue: new Queue(QUEUES.delivery, { connection, prefix: keys.queuePrefix("delivery") }),
+      sourceRunQueue: new Queue(QUEUES.sourceRun, { connection, prefix: keys.queuePrefix("source-run") }),
       closers: [],
     };
   });

@@ -18,7 +18,7 @@ let maintenance: Queue;
 beforeAll(async () => {
   td = await startTestDaemon();
   redis = connectRedis();
-  maintenance = new Queue(QUEUES.maintenance, { connection: redis.duplicate(), prefix: createKeys(td.prefix).bullPrefix });
+  maintenance = new Queue(QUEUES.maintenance, { connection: redis.duplicate(), prefix: createKeys(td.prefix).queuePrefix("maintenance") });
 });
 
 afterAll(async () => {

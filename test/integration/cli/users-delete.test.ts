@@ -42,7 +42,7 @@ beforeAll(async () => {
   td = await startTestDaemon();
   rx = await startReceiver();
   redis = connectRedis();
-  timers = new Queue(QUEUES.timers, { connection: redis, prefix: createKeys(td.prefix).bullPrefix });
+  timers = new Queue(QUEUES.timers, { connection: redis, prefix: createKeys(td.prefix).queuePrefix("timers") });
   admin = client(td.url, td.adminToken);
 });
 

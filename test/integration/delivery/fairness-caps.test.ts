@@ -68,7 +68,14 @@ describe("delivery caps", () => {
     const metrics = createMetrics(registry);
     const gate = new FairGate({ directSlots: 0, perUser: 1, perDestination: 0, clogMs: 20, destinationOf: (j) => j.listenerId, metrics });
     const connection = w.redis.duplicate();
-    const worker = new DeliveryWorker({ connection, prefix: w.keys.bullPrefix, concurrency: 4, attempter: attempter(), gate, logger });
+    const worker = new DeliveryWorker({
+      connection,
+      prefix: w.keys.queuePrefix("delivery"),
+      concurrency: 4,
+      attempter: attempter(),
+      gate,
+      logger,
+    });
     w.closers.push(async () => {
       await worker.close();
       connection.disconnect();

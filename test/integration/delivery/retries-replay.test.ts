@@ -147,7 +147,7 @@ describe("webhook retries, replays and the attempt log", () => {
     const keys = createKeys(h.td.prefix);
     await waitFor(async () => (await h.redis.get(keys.webhook(u.id, w.id))) === null, { what: "the webhook to be gone" });
     // The attempt ends after the deletion; once the job is done, nothing was written for it.
-    const q = new Queue(QUEUES.delivery, { connection: h.redis.duplicate(), prefix: keys.bullPrefix });
+    const q = new Queue(QUEUES.delivery, { connection: h.redis.duplicate(), prefix: keys.queuePrefix("delivery") });
     try {
       await waitFor(async () => (await q.getJobCounts("active", "wait")).active === 0, { what: "the attempt to end" });
     } finally {

@@ -41,7 +41,7 @@ let queue: Queue;
 let log: AttemptLog;
 const closers: (() => Promise<void>)[] = [];
 beforeEach(() => {
-  queue = new Queue(QUEUES.delivery, { connection: space.redis.duplicate(), prefix: space.keys.bullPrefix });
+  queue = new Queue(QUEUES.delivery, { connection: space.redis.duplicate(), prefix: space.keys.queuePrefix("delivery") });
   log = new AttemptLog(space.redis, space.keys, 1000, Date.now);
 });
 afterEach(async () => {
@@ -65,7 +65,7 @@ function startWorker(): void {
     metrics: createMetrics(new Registry()),
   });
   const connection = space.redis.duplicate();
-  const worker = new DeliveryWorker({ connection, prefix: space.keys.bullPrefix, concurrency: 4, attempter, logger });
+  const worker = new DeliveryWorker({ connection, prefix: space.keys.queuePrefix("delivery"), concurrency: 4, attempter, logger });
   worker.start();
   closers.push(async () => {
     await worker.close();

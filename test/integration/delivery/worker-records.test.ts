@@ -51,7 +51,7 @@ describe("delivery worker: attempt record reads", () => {
     // The one BullMQ saw start before (attemptsStarted > 0 once it runs again) is checked against the
     // log; a job on its first clean attempt is not (its record cannot exist but for this contrived case).
     await w.deliveryQueue.add("webhook", job(started, "1-1"), { jobId: started });
-    await w.redis.hset(`${w.keys.bullPrefix}:${QUEUES.delivery}:${started}`, "ats", 1);
+    await w.redis.hset(`${w.keys.queuePrefix("delivery")}:${QUEUES.delivery}:${started}`, "ats", 1);
     await w.deliveryQueue.add("webhook", job(fresh, "1-2"), { jobId: fresh });
     deliveryWorker().start();
     await waitFor(async () => (await w.deliveryQueue.getJobCounts("completed")).completed === 2, { what: "both jobs to complete" });

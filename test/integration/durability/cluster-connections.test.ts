@@ -136,7 +136,14 @@ describe("connections on a 3-master Redis Cluster", () => {
   it("the CLI runs its users commands on REDIS_CLUSTER_NODES", async () => {
     let out = "";
     let err = "";
-    const io = { stdout: (t: string) => void (out += t), stderr: (t: string) => void (err += t) };
+    const io = {
+      stdout: (t: string) => {
+        out += t;
+      },
+      stderr: (t: string) => {
+        err += t;
+      },
+    };
     const code = await runCli(
       ["users", "list"],
       { REDIS_CLUSTER_NODES: cluster.seedList, REDIS_KEY_PREFIX: "clcli", LOG_LEVEL: "error" },

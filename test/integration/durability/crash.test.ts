@@ -139,7 +139,7 @@ function deliveryQueue(conn: Redis, prefix: string): Queue {
   const c = conn.duplicate();
   c.on("error", () => {});
   conns.push(c);
-  const q = new Queue(QUEUES.delivery, { connection: c, prefix: createKeys(prefix).bullPrefix });
+  const q = new Queue(QUEUES.delivery, { connection: c, prefix: createKeys(prefix).queuePrefix("delivery") });
   q.on("error", () => {});
   queues.push(q);
   return q;

@@ -115,7 +115,10 @@ describe("subscription filters", () => {
       { what: "the source's run of the matching event" },
     );
     // Once no source run waits or runs, a run of the refused event would have emitted by now.
-    const runs = new Queue(QUEUES.sourceRun, { connection: h.redis.duplicate(), prefix: createKeys(h.td.prefix).bullPrefix });
+    const runs = new Queue(QUEUES.sourceRun, {
+      connection: h.redis.duplicate(),
+      prefix: createKeys(h.td.prefix).queuePrefix("source-run"),
+    });
     try {
       await waitFor(
         async () => {

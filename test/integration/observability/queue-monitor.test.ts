@@ -17,7 +17,7 @@ const space = keySpacePerTest();
 let queue: Queue;
 
 beforeEach(() => {
-  queue = new Queue(QUEUES.delivery, { connection: space.redis.duplicate(), prefix: space.keys.bullPrefix });
+  queue = new Queue(QUEUES.delivery, { connection: space.redis.duplicate(), prefix: space.keys.queuePrefix("delivery") });
 });
 
 afterEach(async () => {

@@ -63,7 +63,7 @@ describe("source runs from the run stream", () => {
   beforeAll(async () => {
     td = await startTestDaemon({ SOURCE_RUN_CONCURRENCY: "2", SOURCE_RUN_STREAM_PER_USER: "3", SOURCE_HTTP_RATE_PER_SECOND: "1000" });
     redis = connectRedis();
-    queue = new Queue(QUEUES.sourceRun, { connection: redis.duplicate(), prefix: createKeys(td.prefix).bullPrefix });
+    queue = new Queue(QUEUES.sourceRun, { connection: redis.duplicate(), prefix: createKeys(td.prefix).queuePrefix("source-run") });
   });
 
   afterEach(async () => {

@@ -50,7 +50,7 @@ afterAll(async () => {
 
 /** The daemon's timers queue, read through BullMQ's own API. */
 function timersQueue(prefix: string): Queue {
-  return new Queue(QUEUES.timers, { connection: redis, prefix: createKeys(prefix).bullPrefix });
+  return new Queue(QUEUES.timers, { connection: redis, prefix: createKeys(prefix).queuePrefix("timers") });
 }
 
 async function createTicker(api: Client, timer: Record<string, unknown> = { intervalSeconds: 1 }): Promise<Json> {
