@@ -24,7 +24,9 @@ const env = {
   DELIVERY_TIMEOUT_MS: "2000",
   TIMER_MIN_INTERVAL_SECONDS: "1",
 };
+let stopping = false;
 const stopAll = async () => {
+  stopping = true;
   await killAll();
   await cluster.stop();
   process.exit(0);
@@ -37,7 +39,7 @@ try {
   writeFileSync(envFile, `BASE_URL=${api.url}\nADMIN_TOKEN=${adminToken}\n`);
   console.info(`cluster ${cluster.seedList}; api ${api.url} (pid ${api.pid}); worker ${worker.url} (pid ${worker.pid}); env in ${envFile}`);
   const exited = await Promise.race([api.exited.then(() => api), worker.exited.then(() => worker)]);
-  console.error(`${exited.name} exited:\n${exited.logs()}`);
+  if (!stopping) console.error(`${exited.name} exited:\n${exited.logs()}`);
   await stopAll();
 } catch (err) {
   console.error(err);
