@@ -22,6 +22,8 @@ import { waitFor } from "../../helpers/wait.js";
 
 const WORKFLOW = "p_cluster";
 const EVENTS_PER_USER = 4;
+/** The timer test's counting window, in seconds (one tick a second). */
+const WINDOW_S = 8;
 
 let cluster: LocalCluster;
 let rx: CountingReceiver;
@@ -89,17 +91,16 @@ describe("two daemon processes with split roles on a 3-master Redis Cluster", ()
       if (list.status !== 200) throw new Error(`${list.status} ${list.text}`);
       return [...list.body.data].reverse();
     };
-    const t = await waitFor(async () => ((await ticks()).length >= 6 ? ticks() : undefined), {
-      timeoutMs: 60_000,
-      intervalMs: 250,
-      what: "6 ticks",
-    });
-    const spanMs = (t[t.length - 1].indexed_at_ms as number) - (t[0].indexed_at_ms as number);
-    // One tick per second over the span (plus one for the edges); two schedulers would double it.
-    expect(t.length, `${t.length} ticks in ${spanMs} ms`).toBeLessThanOrEqual(Math.floor(spanMs / 1000) + 2);
-    // No interval ticked twice.
-    const stamps = t.map((e) => e.event.timestamp);
-    expect(new Set(stamps).size, JSON.stringify(stamps)).toBe(stamps.length);
+    await waitFor(async () => (await ticks()).length >= 1, { timeoutMs: 60_000, intervalMs: 250, what: "a first tick" });
+    // Ticks indexed over a window of WINDOW_S seconds: about one a second; two schedulers each
+    // ticking would double it. The bound allows ticks delayed into the window by a loaded machine
+    // (a tick's timestamp is when it ran, so late ticks may share a second: not a check).
+    const from = Date.now();
+    await waitFor(() => Date.now() >= from + WINDOW_S * 1000, { timeoutMs: WINDOW_S * 1000 + 5000, intervalMs: 200, what: "the window" });
+    const inWindow = (await ticks()).filter((e) => e.indexed_at_ms > from && e.indexed_at_ms <= from + WINDOW_S * 1000);
+    const when = JSON.stringify(inWindow.map((e) => e.indexed_at_ms - from));
+    expect(inWindow.length, `ticks at ${when} ms`).toBeGreaterThanOrEqual(3);
+    expect(inWindow.length, `ticks at ${when} ms`).toBeLessThanOrEqual(WINDOW_S + 3);
     expect(api.hasExited() || worker.hasExited() || second.hasExited()).toBe(false);
   }, 120_000);
 });
