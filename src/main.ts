@@ -7,7 +7,7 @@ import { type Daemon, startDaemon } from "./daemon.js";
 import { createLogger } from "./observability/logger.js";
 import { packageVersion, projectRoot } from "./paths.js";
 import { DataDirInUseError, RedisServerMissingError, startEmbeddedRedis, type EmbeddedRedis } from "./redis/embedded.js";
-import { isClusterNode } from "./store/server-info.js";
+import { clusterState, isClusterNode } from "./store/server-info.js";
 
 /** How long the first contact with Redis may take per attempt (connect, PING, INFO). */
 const PROBE_DEADLINE_MS = 3000;
@@ -101,7 +101,7 @@ async function main(): Promise<void> {
             await probe.connect();
             await probe.ping();
             if (target.kind === "cluster") {
-              const state = /^cluster_state:(\w+)/m.exec(String(await probe.call("CLUSTER", "INFO")))?.[1];
+              const state = await clusterState(probe);
               if (state !== "ok") throw new Error(`the Redis Cluster reports cluster_state:${state ?? "unknown"}`);
             } else clusterNode = await isClusterNode(probe);
           })(),

@@ -1,3 +1,4 @@
+import { ReplicaAck } from "../store/replica-ack.js";
 import { randomUUID } from "node:crypto";
 import { Attempter } from "../delivery/attempt.js";
 import { ReplayDriver } from "../delivery/bulk-replay.js";
@@ -108,6 +109,11 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     consumer: `${process.pid}-${randomUUID().slice(0, 8)}`,
     claimIdleMs: FANOUT_CLAIM_IDLE_MS,
     direct,
+    // REDIS_MIN_REPLICAS_ACK: what an outbox entry caused is on replicas before the entry is acknowledged.
+    replicas:
+      config.redisHa.minReplicasAck > 0
+        ? new ReplicaAck([conns.commands, conns.queues], config.redisHa.minReplicasAck, config.redisHa.replicaAckTimeoutMs)
+        : undefined,
   });
   // Bulk replays are queued by the worker process holding the driver lease (delivery/bulk-replay.ts).
   const replayDriver = new ReplayDriver({

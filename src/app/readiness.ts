@@ -1,4 +1,5 @@
 import type { RedisClient } from "../store/context.js";
+import { clusterState } from "../store/server-info.js";
 
 /**
  * How long a readiness check may take: /readyz must answer while Redis stalls (a stalled Redis is
@@ -48,7 +49,7 @@ export function sharedCheck(check: () => Promise<boolean>): () => Promise<boolea
 async function redisAnswers(redis: RedisClient): Promise<boolean> {
   if ((await redis.ping()) !== "PONG") return false;
   if (!("isCluster" in redis && redis.isCluster)) return true;
-  return /^cluster_state:ok\s*$/m.test(String(await redis.call("CLUSTER", "INFO")));
+  return (await clusterState(redis)) === "ok";
 }
 
 /** What a process's readiness is made of. */

@@ -1,3 +1,4 @@
+import { knownClusterNodes } from "../store/server-info.js";
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis";
 import { StandaloneConnector } from "ioredis/built/connectors/index.js";
 import type { HostPort } from "../config/host-list.js";
@@ -209,8 +210,5 @@ export function openClusterNode(
 
 /** The `host:port` of every node a Cluster client knows (masters and replicas), for `openClusterNode`. */
 export function knownNodes(cluster: Cluster): HostPort[] {
-  return cluster
-    .nodes("all")
-    .map((n) => ({ host: String(n.options.host), port: Number(n.options.port) }))
-    .filter((n) => n.host !== "undefined" && Number.isInteger(n.port));
+  return knownClusterNodes(cluster);
 }

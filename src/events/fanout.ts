@@ -7,6 +7,7 @@ import { FilterPredicates } from "../domain/subscription-filter.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { Keys } from "../store/keys.js";
+import type { AckToken } from "../store/replica-ack.js";
 import { FANOUT_GROUP, OutboxStream, type ReadGroup, type StreamEntries } from "../store/outbox-stream.js";
 import type { SubscriptionStore } from "../store/subscriptions.js";
 import { type FanoutOrigin, type FanoutPlan, matchedListeners, planFanout, planLookups } from "./fanout-plan.js";
@@ -46,6 +47,14 @@ export interface FanoutDeps {
    * queue, which reads each delivery's attempt record first.
    */
   direct?: DirectDelivery;
+  /**
+   * REDIS_MIN_REPLICAS_ACK > 0 (SPEC §8): the writes an entry caused (its jobs, its source runs,
+   * the retry jobs of its direct attempts) must be on replicas before the entry is acknowledged,
+   * since the queue, the run stream and the outbox may sit on different masters of a Cluster, and
+   * a master that fails over may lose what a replica had not received. `begin` before the writes,
+   * `confirm` after them (store/replica-ack.ts); an entry not confirmed stays pending and is redone.
+   */
+  replicas?: { begin(): AckToken; confirm(token: AckToken): Promise<void> };
 }
 
 /** Takes source runs; a run whose id it took before (a redone entry) is not added twice. */
@@ -136,7 +145,11 @@ export class FanoutWorker {
         const acking = toAck;
         toAck = [];
         const entries = await this.outbox.ackAndRead(group, acking, this.d.consumer, this.d.batchSize ?? 200, 1000);
-        if (entries.length > 0) toAck = await this.fanOut(entries);
+        if (entries.length > 0) {
+          const token = this.d.replicas?.begin();
+          toAck = await this.fanOut(entries, "fanout", token);
+          if (token !== undefined && toAck.length > 0 && !(await this.replicated(token))) toAck = [];
+        }
       } catch (err) {
         if (!this.running) break;
         // Redis lost its data (restart without persistence, FLUSHALL): recreate the group.
@@ -179,15 +192,31 @@ export class FanoutWorker {
    * Keeps `entryId` pending until `attempts` settle; then it is acknowledged, or, if one of them
    * could not be put in hand, left pending to be taken over and redone.
    */
-  private hold(entryId: string, attempts: Promise<boolean>[]): void {
+  private hold(entryId: string, attempts: Promise<boolean>[], token: AckToken | undefined): void {
     this.held.set(
       entryId,
-      Promise.all(attempts).then((oks) => {
+      Promise.all(attempts).then(async (oks) => {
+        if (!oks.every(Boolean)) {
+          this.held.delete(entryId);
+          this.d.logger.warn({ entryId }, "fan-out: a direct delivery could not be put in hand; the event will be redone");
+          return;
+        }
+        const confirmed = token === undefined || (await this.replicated(token));
         this.held.delete(entryId);
-        if (oks.every(Boolean)) this.ackSettled(entryId);
-        else this.d.logger.warn({ entryId }, "fan-out: a direct delivery could not be put in hand; the event will be redone");
+        if (confirmed) this.ackSettled(entryId);
       }),
     );
+  }
+
+  /** Whether the writes since `token` reached REDIS_MIN_REPLICAS_ACK replicas (if not, their entries are redone). */
+  private async replicated(token: AckToken): Promise<boolean> {
+    try {
+      await this.d.replicas?.confirm(token);
+      return true;
+    } catch (err) {
+      this.d.logger.warn({ err }, "fan-out: writes not confirmed by Redis replicas; their outbox entries stay pending and will be redone");
+      return false;
+    }
   }
 
   private ack(ids: readonly string[]): Promise<void> {
@@ -218,7 +247,10 @@ export class FanoutWorker {
    * delivery jobs have the `redo` origin: their deliveries may be done already.
    */
   async process(raw: XEntries): Promise<void> {
-    await this.ack(await this.fanOut(raw, "redo"));
+    const token = this.d.replicas?.begin();
+    const ids = await this.fanOut(raw, "redo", token);
+    if (token !== undefined && !(await this.replicated(token))) return;
+    await this.ack(ids);
   }
 
   /**
@@ -226,7 +258,7 @@ export class FanoutWorker {
    * one emitter and channel share a lookup), plan (fanout-plan.ts) and dispatch. Returns the
    * entry ids the caller may acknowledge once this has returned.
    */
-  private async fanOut(raw: XEntries, origin: FanoutOrigin = "fanout"): Promise<string[]> {
+  private async fanOut(raw: XEntries, origin: FanoutOrigin, token?: AckToken): Promise<string[]> {
     const ids: string[] = [];
     const entries: OutboxEntry[] = [];
     for (const [entryId, fields] of raw) {
@@ -246,7 +278,7 @@ export class FanoutWorker {
     for (const [kind, n] of Object.entries(plan.counts)) if (n > 0) this.d.metrics.fanoutJobs.inc({ listener_kind: kind }, n);
     for (const [kind, n] of Object.entries(plan.filtered))
       if (n > 0) this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "filtered" }, n);
-    const held = await this.dispatch(plan, origin);
+    const held = await this.dispatch(plan, origin, token);
     return held.size === 0 ? ids : ids.filter((id) => !held.has(id));
   }
 
@@ -256,7 +288,7 @@ export class FanoutWorker {
    * other entry is handed over once this returns (if a job add fails, it throws before any entry
    * is held, and the whole batch is taken over and redone).
    */
-  private async dispatch(plan: FanoutPlan, origin: FanoutOrigin): Promise<ReadonlyMap<string, unknown>> {
+  private async dispatch(plan: FanoutPlan, origin: FanoutOrigin, token: AckToken | undefined): Promise<ReadonlyMap<string, unknown>> {
     const direct = mayAttemptDirectly(origin) ? this.d.direct : undefined;
     let queued = plan.deliveries;
     const attemptsOf = new Map<string, Promise<boolean>[]>();
@@ -280,7 +312,7 @@ export class FanoutWorker {
     }
     await this.d.deliveryJobs.addAll(queued);
     if (plan.sourceRuns.length > 0) await this.d.sourceRuns.addAll(plan.sourceRuns);
-    for (const [entryId, attempts] of attemptsOf) this.hold(entryId, attempts);
+    for (const [entryId, attempts] of attemptsOf) this.hold(entryId, attempts, token);
     return attemptsOf;
   }
 

@@ -1,3 +1,4 @@
+import type { Cluster } from "ioredis";
 import type { RedisClient } from "./context.js";
 
 /**
@@ -8,4 +9,17 @@ import type { RedisClient } from "./context.js";
 export async function isClusterNode(redis: RedisClient): Promise<boolean> {
   const info = await redis.info("cluster");
   return /^cluster_enabled:1\s*$/m.test(info);
+}
+
+/** A Cluster node's `cluster_state` (`CLUSTER INFO`): "ok" when every slot is served. */
+export async function clusterState(node: RedisClient): Promise<string | undefined> {
+  return /^cluster_state:(\w+)/m.exec(String(await node.call("CLUSTER", "INFO")))?.[1];
+}
+
+/** The `host:port` of every node a Cluster client knows (masters and replicas). */
+export function knownClusterNodes(cluster: Cluster): { host: string; port: number }[] {
+  return cluster
+    .nodes("all")
+    .map((n) => ({ host: String(n.options.host), port: Number(n.options.port) }))
+    .filter((n) => n.host !== "undefined" && Number.isInteger(n.port));
 }

@@ -11,7 +11,7 @@ import { FairGate } from "../../src/delivery/fair-gate.js";
 import { DeliveryJobQueue } from "../../src/delivery/jobs.js";
 import { DeliveryWorker } from "../../src/delivery/worker.js";
 import { deliveryIdFor } from "../../src/domain/ids.js";
-import { FanoutWorker } from "../../src/events/fanout.js";
+import { type FanoutDeps, FanoutWorker } from "../../src/events/fanout.js";
 import { entryRef, OutboxStream, outboxLength as lengthOf } from "../../src/store/outbox-stream.js";
 import { EventStore } from "../../src/store/events.js";
 import { createGuardedAgent } from "../../src/net/guarded-agent.js";
@@ -56,7 +56,13 @@ export let w: World;
 /** The registry of the last fan-out worker built by `fanout()`. */
 export let fanoutRegistry = new Registry();
 
-export function fanout(consumer: string, claimIdleMs = 15_000, direct?: DirectDelivery, blocking = w.blocking): FanoutWorker {
+export function fanout(
+  consumer: string,
+  claimIdleMs = 15_000,
+  direct?: DirectDelivery,
+  blocking = w.blocking,
+  replicas?: FanoutDeps["replicas"],
+): FanoutWorker {
   fanoutRegistry = new Registry();
   const f = new FanoutWorker({
     blocking,
@@ -70,6 +76,7 @@ export function fanout(consumer: string, claimIdleMs = 15_000, direct?: DirectDe
     consumer,
     claimIdleMs,
     direct,
+    replicas,
   });
   w.closers.push(() => f.close());
   return f;

@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { deliveryIdFor } from "../../../src/domain/ids.js";
 import { FANOUT_GROUP } from "../../../src/events/fanout.js";
+import { type AckToken, ReplicaAck } from "../../../src/store/replica-ack.js";
 import { waitFor } from "../../helpers/receiver.js";
 import {
   createGroup,
@@ -161,6 +162,38 @@ describe("fan-out takeover", () => {
     const [late] = await recordEvents(userId, emitter, 1);
     const lateId = deliveryIdFor({ userId, emitterId: emitter, channel: "", eventId: late! }, "wh_listener0001");
     await waitFor(async () => (await jobIds(w.deliveryQueue)).includes(lateId), { what: "the job of a new entry" });
+  });
+});
+
+describe("fan-out with REDIS_MIN_REPLICAS_ACK", () => {
+  it("acknowledges an entry only once the writes it caused are confirmed by replicas", async () => {
+    const userId = newUserId();
+    const emitter = "p_replicas";
+    await w.subscriptions.create(userId, emitter, "wh_listener0001", "");
+    await createGroup();
+    // A real WAIT on this Redis, which has no replica: it confirms 0 of 1 until the test lets it pass.
+    const wait = new ReplicaAck([w.redis], 1, 50);
+    let confirms = 0;
+    let refuse = true;
+    const replicas = {
+      begin: () => wait.begin(),
+      confirm: async (t: AckToken) => {
+        confirms++;
+        if (refuse) await wait.confirm(t);
+      },
+    };
+    const ids = await recordEvents(userId, emitter, 3);
+    await fanout("replica-consumer", 300, undefined, w.blocking, replicas).start();
+    const expected = ids.map((eventId) => deliveryIdFor({ userId, emitterId: emitter, channel: "", eventId }, "wh_listener0001")).sort();
+    await waitFor(async () => (await jobIds(w.deliveryQueue)).length === 3, { what: "3 delivery jobs", timeoutMs: 10_000 });
+    expect(await jobIds(w.deliveryQueue)).toEqual(expected);
+    // Refused at the first fan-out and again when the idle entries were taken over (redone): still pending.
+    await waitFor(async () => confirms >= 2, { what: "a redo of the unconfirmed entries", timeoutMs: 10_000 });
+    expect(await outboxPending()).toBe(3);
+    refuse = false;
+    await waitFor(async () => (await outboxPending()) === 0, { what: "the entries acknowledged once confirmed", timeoutMs: 10_000 });
+    // The redo added no second job.
+    expect(await jobIds(w.deliveryQueue)).toEqual(expected);
   });
 });
 
