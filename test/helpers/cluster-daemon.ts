@@ -30,11 +30,17 @@ export function clusterDeployment(): { prefix: string; adminToken: string } {
   return { prefix: `tc${randomBytes(3).toString("hex")}`, adminToken: `admin-${randomBytes(8).toString("hex")}` };
 }
 
-/** The environment of a daemon process on `cluster` (exported for the conformance run). */
-export function clusterDaemonEnv(cluster: LocalCluster, port: number, opts: ClusterDaemonOptions): Record<string, string> {
+/** Where a daemon's Redis is: a local cluster, or the variables of another shape (e.g. a Sentinel group's `env()`). */
+export type DaemonRedis = LocalCluster | Record<string, string>;
+
+const redisEnv = (redis: DaemonRedis): Record<string, string> =>
+  "seedList" in redis && typeof redis.seedList === "string" ? { REDIS_CLUSTER_NODES: redis.seedList } : (redis as Record<string, string>);
+
+/** The environment of a daemon process on `redis` (exported for the conformance run). */
+export function clusterDaemonEnv(redis: DaemonRedis, port: number, opts: ClusterDaemonOptions): Record<string, string> {
   const roles = opts.roles ?? "api,worker,scheduler";
   return {
-    REDIS_CLUSTER_NODES: cluster.seedList,
+    ...redisEnv(redis),
     REDIS_KEY_PREFIX: opts.prefix,
     ADMIN_TOKEN: opts.adminToken,
     HOST: "127.0.0.1",
@@ -51,10 +57,10 @@ export function clusterDaemonEnv(cluster: LocalCluster, port: number, opts: Clus
   };
 }
 
-/** Spawns one daemon process on `cluster` and waits until its /readyz answers 200. */
-export async function startClusterDaemon(name: string, cluster: LocalCluster, opts: ClusterDaemonOptions): Promise<DaemonChild> {
+/** Spawns one daemon process on `redis` and waits until its /readyz answers 200. */
+export async function startClusterDaemon(name: string, redis: DaemonRedis, opts: ClusterDaemonOptions): Promise<DaemonChild> {
   const port = await freePort();
-  const d = spawnDaemon(name, clusterDaemonEnv(cluster, port, opts));
+  const d = spawnDaemon(name, clusterDaemonEnv(redis, port, opts));
   const child: DaemonChild = { ...d, url: `http://127.0.0.1:${port}` };
   // waitForReady polls on through an early exit; the exit ends the wait at once instead.
   const exited = d.exited.then((e) => {
