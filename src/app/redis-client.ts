@@ -140,6 +140,11 @@ export function openCluster(
     scaleReads: "master",
     enableReadyCheck: true,
     enableAutoPipelining: enableAutoPipelining ?? false,
+    // ioredis finds no key in XGROUP/XINFO (it follows a subcommand), so it would auto-pipeline them
+    // by the slot of "CREATE" together with commands for other nodes, and a MOVED answer inside
+    // such a mixed pipeline is not followed (fan-out's start failed with MOVED). Sent alone, the
+    // command goes to any node and its MOVED is followed.
+    autoPipeliningIgnoredCommands: ["xgroup", "xinfo"],
     retryDelayOnFailover: CLUSTER_RETRY_DELAY_MS,
     retryDelayOnClusterDown: CLUSTER_RETRY_DELAY_MS,
     retryDelayOnTryAgain: 100,

@@ -117,7 +117,17 @@ async function waitOn(redis: RedisClient, replicas: number, timeoutMs: number): 
   if (!isCluster(redis)) return redis.wait(replicas, timeoutMs);
   const masters = redis.nodes("master");
   if (masters.length === 0) return 0;
-  const counts = await Promise.all(masters.map((node) => node.wait(replicas, timeoutMs)));
+  const counts = await Promise.all(
+    masters.map((node) =>
+      node.wait(replicas, timeoutMs).catch((err: Error) => {
+        // The client's map is stale: this "master" is a replica now (a failed master restarted and
+        // rejoined under its successor: "WAIT cannot be used with replica instances"), or the node
+        // is going away. Nothing is confirmed there (a 503, not a 500); a slot refresh drops it.
+        if (/replica/i.test(err.message)) void redis.refreshSlotsCache();
+        return 0;
+      }),
+    ),
+  );
   return Math.min(...counts);
 }
 

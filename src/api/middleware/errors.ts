@@ -13,7 +13,10 @@ interface HttpLikeError {
 
 /**
  * Redis being down shows up as these ioredis/BullMQ errors: answer 503, not 500. "Command timed
- * out" is ioredis's `commandTimeout` (a stalled Redis, see daemon.ts).
+ * out" is ioredis's `commandTimeout` (a stalled Redis, see daemon.ts). On a Redis Cluster, a MOVED
+ * or ASK that reaches here was not followed: ioredis follows them for a command alone, not inside an
+ * auto-pipeline whose commands were redirected to different slots (seen during a failover, when a
+ * replica not yet promoted answers MOVED for its master's slots); the command did not run.
  */
 function isRedisUnavailable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
@@ -22,7 +25,7 @@ function isRedisUnavailable(err: unknown): boolean {
   return (
     name === "MaxRetriesPerRequestError" ||
     msg === "Command timed out" ||
-    /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|connect ETIMEDOUT|LOADING|READONLY|MISCONF|NOREPLICAS|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|sentinels are unreachable/.test(
+    /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|connect ETIMEDOUT|LOADING|READONLY|MISCONF|NOREPLICAS|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|^MOVED |^ASK |sentinels are unreachable/.test(
       msg,
     )
   );
