@@ -180,9 +180,16 @@ describe("connections on a 3-master Redis Cluster", () => {
       const d2 = users.digestOf(k2) as string;
       await conns.commands.hset(keys.apiKeys(), d1, "u_one", d2, "u_two");
       await cache.start();
-      while (sub.options.port === indexPort) {
+      // Bounded: each turn waits for the reconnection to land on the next node (a check made right
+      // after `disconnect` could still see the old connection ready and spin).
+      for (let turn = 0; sub.options.port === indexPort; turn++) {
+        if (turn >= cluster.nodes.length * 2) throw new Error("the subscriber never left the key index's node");
+        const before = sub.options.port;
         sub.disconnect(true);
-        await waitFor(() => cache.isLive() && sub.status === "ready", { what: "the subscriber back" });
+        await waitFor(() => sub.options.port !== before && sub.status === "ready" && cache.isLive(), {
+          timeoutMs: 15_000,
+          what: "the subscriber back on the next node",
+        });
       }
       expect(await cache.authenticate(k1)).toBe("u_one");
       expect(await cache.authenticate(k2)).toBe("u_two");
@@ -246,10 +253,20 @@ describe("a 1-master cluster with a replica", () => {
 });
 
 describe("the daemon on REDIS_CLUSTER_NODES", () => {
+  // A cluster of its own: the revocation test above SIGKILLs a master, and the daemon's start-up
+  // writes the layout record, whose slot may be on that master.
+  let own: LocalCluster;
+  beforeAll(async () => {
+    own = await startCluster({ masters: 3 });
+  }, 60_000);
+  afterAll(async () => {
+    await own?.stop();
+  });
+
   it("starts with ROLES=api and answers /readyz 200", async () => {
     const port = await freePort();
     const d = spawnDaemon("cluster-api", {
-      REDIS_CLUSTER_NODES: cluster.seedList,
+      REDIS_CLUSTER_NODES: own.seedList,
       ROLES: "api",
       PORT: String(port),
       HOST: "127.0.0.1",
