@@ -159,10 +159,32 @@ export function openCluster(
     lazyConnect: lazyConnect ?? false,
     ...clusterOptions,
   };
-  return new Cluster(
+  const cluster = new Cluster(
     target.nodes.map((n) => ({ host: n.host, port: n.port })),
     options,
   );
+  if (nodeOptions.commandTimeout !== undefined) failFastWhileLost(cluster);
+  return cluster;
+}
+
+/**
+ * A fail-fast (request-path) Cluster client answers at once while it has lost every node. Once its
+ * node pool drains, ioredis closes the client and reconnects it over and over, and a command sent
+ * meanwhile waits in the client's offline queue with no deadline (the per-node command timeout
+ * starts only once a node takes the command): during a whole-cluster outage requests would hang
+ * instead of answering 503 within REDIS_FAILOVER_TIMEOUT_MS (measured: a GET never returned). From
+ * `close` until the client is `ready` again its offline queue is off, so a command fails at once
+ * ("Cluster isn't ready", or "Connection is closed" for a node still connecting), which the API
+ * maps to 503. The first connection keeps the queue (commands sent before the first `ready` wait
+ * for it), and nothing changes while the client is ready, a single master's failover included.
+ */
+function failFastWhileLost(cluster: Cluster): void {
+  cluster.on("close", () => {
+    cluster.options.enableOfflineQueue = false;
+  });
+  cluster.on("ready", () => {
+    cluster.options.enableOfflineQueue = true;
+  });
 }
 
 const credentials = (auth: RedisAuth): Pick<RedisOptions, "username" | "password"> => ({

@@ -25,7 +25,7 @@ function isRedisUnavailable(err: unknown): boolean {
   return (
     name === "MaxRetriesPerRequestError" ||
     msg === "Command timed out" ||
-    /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|connect ETIMEDOUT|LOADING|READONLY|MISCONF|NOREPLICAS|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|^MOVED |^ASK |sentinels are unreachable/.test(
+    /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|connect ETIMEDOUT|LOADING|READONLY|MISCONF|NOREPLICAS|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|^MOVED |^ASK |sentinels are unreachable|^Cluster isn't ready/.test(
       msg,
     )
   );

@@ -2,6 +2,7 @@ import type { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createConnections } from "../../../src/app/connections.js";
 import type { RedisTarget } from "../../../src/app/redis-client.js";
+import { toAppError } from "../../../src/api/middleware/errors.js";
 import { UnavailableError } from "../../../src/domain/errors.js";
 import { FANOUT_GROUP } from "../../../src/events/fanout.js";
 import { createLogger } from "../../../src/observability/logger.js";
@@ -71,4 +72,45 @@ describe("the daemon's Cluster client", () => {
       await conns.closeAll();
     }
   }, 60_000);
+});
+
+describe("a request-path Cluster client that lost every node", () => {
+  let own: LocalCluster;
+  beforeAll(async () => {
+    own = await startCluster({ masters: 3 });
+  }, 60_000);
+  afterAll(async () => {
+    await own?.stop();
+  });
+
+  it("fails commands at once while the whole cluster is down (503, not a hang), and serves again once it is back", async () => {
+    const conns = createConnections(targetOf(own), { commandTimeoutMs: 1000, logger });
+    const commands = conns.commands as Cluster;
+    try {
+      await commands.set("{lost}:k", "v");
+      for (const n of own.nodes) await own.kill(n);
+      // The first command finds the nodes gone: the client's node pool drains and it reconnects over
+      // and over. Without the fix, a command sent then waits in ioredis's offline queue until the
+      // cluster is back (measured: the second GET never returned).
+      for (let i = 0; i < 3; i++) {
+        const outcome = await Promise.race([
+          commands.get("{lost}:k").then(
+            () => "answered",
+            (err: Error) => err,
+          ),
+          new Promise<string>((r) => setTimeout(() => r("still waiting"), 8_000)),
+        ]);
+        expect(outcome).toBeInstanceOf(Error);
+        expect(toAppError(outcome as Error)).toBeInstanceOf(UnavailableError);
+      }
+      for (const n of own.nodes) await own.restart(n);
+      await waitFor(async () => (await commands.set("{lost}:k", "again").catch(() => undefined)) === "OK", {
+        timeoutMs: 30_000,
+        what: "the client serving again",
+      });
+      expect(await commands.get("{lost}:k")).toBe("again");
+    } finally {
+      await conns.closeAll();
+    }
+  }, 90_000);
 });
