@@ -1,7 +1,8 @@
 import type { Cluster, Redis, RedisOptions } from "ioredis";
 import type { Logger } from "../observability/logger.js";
 import type { RedisClient } from "../store/context.js";
-import { knownNodes, openClient, openClusterNode, type RedisTarget } from "./redis-client.js";
+import { knownClusterNodes } from "../store/server-info.js";
+import { openClient, openClusterNode, type RedisTarget } from "./redis-client.js";
 
 /**
  * The Redis connections of a process, each named. Request-path connections fail fast while Redis
@@ -88,7 +89,7 @@ export function createConnections(target: RedisTarget | string, opts: Connection
     to.kind === "cluster"
       ? watch(
           name,
-          openClusterNode(to, patient, () => knownNodes(commands as Cluster)),
+          openClusterNode(to, patient, () => knownClusterNodes(commands as Cluster)),
         )
       : (open(name, patient) as Redis);
   const pick = (name: string, options: RedisOptions) => (opts.shared ? commands : open(name, options));

@@ -1,4 +1,3 @@
-import { knownClusterNodes } from "../store/server-info.js";
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis";
 import { StandaloneConnector } from "ioredis/built/connectors/index.js";
 import type { HostPort } from "../config/host-list.js";
@@ -228,9 +227,4 @@ export function openClusterNode(
     retryStrategy: (times) => Math.min(50 * times, 1000),
     Connector: RotatingConnector as unknown as RedisOptions["Connector"],
   });
-}
-
-/** The `host:port` of every node a Cluster client knows (masters and replicas), for `openClusterNode`. */
-export function knownNodes(cluster: Cluster): HostPort[] {
-  return knownClusterNodes(cluster);
 }

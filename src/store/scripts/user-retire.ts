@@ -1,4 +1,5 @@
 import { script, type ScriptDef } from "../script.js";
+import { REVOKE_KEY_LUA } from "./api-key-rotate.js";
 
 /**
  * The global step of deleting a user (`UserStore.delete`, before its keys are unlinked): the user
@@ -14,14 +15,8 @@ import { script, type ScriptDef } from "../script.js";
 export const USER_RETIRE: ScriptDef = script(
   "tribUserRetire",
   4,
-  `
-local state = redis.call('HGET', KEYS[2], ARGV[1])
-local digest = ARGV[3]
-if state then digest = string.match(state, '^(%S+)') or '' end
-if digest ~= '' then
-  if redis.call('HGET', KEYS[1], digest) == ARGV[1] then redis.call('HDEL', KEYS[1], digest) end
-  redis.call('PUBLISH', ARGV[4], digest)
-end
+  `${REVOKE_KEY_LUA}
+local digest = revoke_current_key(KEYS[1], KEYS[2], ARGV[1], ARGV[3], ARGV[4])
 redis.call('HDEL', KEYS[2], ARGV[1])
 if redis.call('HGET', KEYS[3], ARGV[2]) == ARGV[1] then redis.call('HDEL', KEYS[3], ARGV[2]) end
 redis.call('ZREM', KEYS[4], ARGV[1])
