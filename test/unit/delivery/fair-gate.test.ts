@@ -61,11 +61,40 @@ describe("FairGate", () => {
     expect(g.inFlight("queue")).toBe(0);
   });
 
-  it("never makes fan-out wait for a user's or destination's slot (it queues the delivery), only for a direct slot", async () => {
-    const { g } = gate({ perUser: 1 });
+  it("never makes fan-out wait for a user's or destination's slot under a cap below the direct pool (it queues the delivery)", async () => {
+    const { g } = gate({ perUser: 1, perDestination: 1 });
     ticketOf(await g.enter(job("a", "wh_1"), "queue"));
     // The user's attempt is young (a quick destination): the worker would wait, fan-out does not.
     expect(await g.enter(job("a", "wh_2"), "direct")).toEqual({ blockedBy: "user" });
+    ticketOf(await g.enter(job("b", "wh_3"), "queue"));
+    expect(await g.enter(job("c", "wh_3"), "direct")).toEqual({ blockedBy: "destination" });
+  });
+
+  it("makes fan-out wait, as for a full pool, for a destination cap at or above the direct pool whose slots queued attempts hold", async () => {
+    // The defaults' shape: the destination cap equals the direct pool.
+    const { g, capped } = gate({ directSlots: 2, perDestination: 2 });
+    const queued = ticketOf(await g.enter(job("a", "wh_dead1"), "queue"));
+    ticketOf(await g.enter(job("a", "wh_dead2"), "queue"));
+    const waiting = g.enter(job("b", "wh_dead1"), "direct");
+    await vi.advanceTimersByTimeAsync(20);
+    queued.release();
+    ticketOf(await waiting);
+    expect(g.inFlight("direct")).toBe(1);
+    // Slow holders still mean no wait: past the clog time fan-out queues at once.
+    await vi.advanceTimersByTimeAsync(150);
+    expect(await g.enter(job("c", "wh_dead2"), "direct")).toEqual({ blockedBy: "destination" });
+    expect(await capped()).toBe(0);
+  });
+
+  it("makes fan-out wait the same way for a user cap at or above the direct pool", async () => {
+    const { g } = gate({ directSlots: 2, perUser: 2 });
+    const queued = ticketOf(await g.enter(job("a", "wh_1"), "queue"));
+    ticketOf(await g.enter(job("a", "wh_2"), "queue"));
+    const waiting = g.enter(job("a", "wh_3"), "direct");
+    await vi.advanceTimersByTimeAsync(20);
+    queued.release();
+    ticketOf(await waiting);
+    expect(g.inFlight("direct")).toBe(1);
   });
 
   it("lets fan-out start a user's delivery to a free destination while another of the user's waits for a busy one", async () => {
