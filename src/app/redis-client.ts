@@ -2,6 +2,7 @@ import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis"
 import { StandaloneConnector } from "ioredis/built/connectors/index.js";
 import type { HostPort } from "../config/host-list.js";
 import type { Config } from "../config/schema.js";
+import { SentinelRedis } from "./sentinel-client.js";
 
 /**
  * Where the Redis of a deployment is (SPEC §8): one node (REDIS_URL or the embedded server), a
@@ -72,7 +73,8 @@ const isReadOnly = (err: Error): boolean => err.message.startsWith("READONLY");
  * - sentinel: the master of the group, asked of the sentinels at every (re)connection; a sentinel
  *   subscription (`failoverDetector`) reconnects at once on +switch-master; a READONLY answer (the
  *   node was demoted under us) reconnects and resends the command; a node that does not answer a
- *   connection attempt is given up after REDIS_FAILOVER_TIMEOUT_MS.
+ *   connection attempt is given up after REDIS_FAILOVER_TIMEOUT_MS; a client that ioredis ended
+ *   by itself during a failover connects again (app/sentinel-client.ts).
  * - cluster: use `openCluster` (a Cluster client) or `openClusterNode` (one node, for pub/sub);
  *   throws here, so that no caller opens a single-node client to one node of a Cluster by mistake.
  */
@@ -81,7 +83,7 @@ export function openRedis(target: RedisTarget, options: RedisOptions): Redis {
     case "single":
       return new Redis(withAuth(target.url, target.auth), options);
     case "sentinel":
-      return new Redis({
+      return new SentinelRedis({
         ...options,
         sentinels: target.sentinels.map((s) => ({ host: s.host, port: s.port })),
         name: target.name,
