@@ -106,28 +106,35 @@ describe("a Sentinel client ended by ioredis's own failover detector", () => {
   const sentinel = new StandInSentinel({ host: master.hostname, port: Number(master.port || 6379) });
   let admin: Redis;
   let client: Redis;
+  let subscriber: Redis;
+  const channel = `sentinel-race-${process.pid}-${Date.now()}`;
 
   beforeAll(async () => {
     const port = await sentinel.listen();
     admin = new Redis(redisUrl());
-    client = openRedis(
-      {
-        kind: "sentinel",
-        sentinels: [{ host: "127.0.0.1", port }],
-        name: "mymaster",
-        auth: {
-          username: master.username ? decodeURIComponent(master.username) : undefined,
-          password: master.password ? decodeURIComponent(master.password) : undefined,
+    const open = (connectionName: string, options: { maxRetriesPerRequest: number | null }) =>
+      openRedis(
+        {
+          kind: "sentinel",
+          sentinels: [{ host: "127.0.0.1", port }],
+          name: "mymaster",
+          auth: {
+            username: master.username ? decodeURIComponent(master.username) : undefined,
+            password: master.password ? decodeURIComponent(master.password) : undefined,
+          },
+          sentinelPassword: undefined,
+          failoverTimeoutMs: 3000,
         },
-        sentinelPassword: undefined,
-        failoverTimeoutMs: 3000,
-      },
-      { maxRetriesPerRequest: 2, enableReadyCheck: true },
-    );
+        { ...options, enableReadyCheck: true, connectionName },
+      );
+    client = open("race-commands", { maxRetriesPerRequest: 2 });
     client.on("error", () => {});
+    subscriber = open("race-subscriber", { maxRetriesPerRequest: null });
+    subscriber.on("error", () => {});
   });
 
   afterAll(async () => {
+    subscriber?.disconnect();
     client?.disconnect();
     admin?.disconnect();
     await sentinel.close();
@@ -135,24 +142,41 @@ describe("a Sentinel client ended by ioredis's own failover detector", () => {
 
   it("connects again, and a client closed by its owner stays closed", async () => {
     expect(await client.ping()).toBe("PONG");
-    await waitFor(() => sentinel.subscribed > 0, { timeoutMs: 10_000, what: "the failover detector's subscription" });
+    const messages: string[] = [];
+    subscriber.on("message", (_ch: string, m: string) => messages.push(m));
+    await subscriber.subscribe(channel);
+    // Two failover detectors (one per client) subscribed to the sentinel.
+    await waitFor(() => sentinel.subscribed >= 2, { timeoutMs: 10_000, what: "the failover detectors' subscriptions" });
     let ended = 0;
     client.on("end", () => ended++);
+    subscriber.on("end", () => ended++);
 
-    // The master connection drops; the reconnection's question to the sentinel is held...
+    // Both master connections drop; the reconnections' questions to the sentinel are held...
     sentinel.hold = true;
-    const id = await client.client("ID");
-    await admin.client("KILL", "ID", String(id));
-    await waitFor(() => sentinel.pending > 0, { timeoutMs: 10_000, what: "a reconnection asking the sentinel" });
-    // ...while the sentinels announce a failover, then the answer comes.
+    const list = await admin.client("LIST");
+    const ids = [...String(list).matchAll(/^id=(\d+) .* name=race-(?:commands|subscriber) /gm)].map((m) => m[1] as string);
+    expect(ids).toHaveLength(2);
+    for (const id of ids) await admin.client("KILL", "ID", id);
+    await waitFor(() => sentinel.pending >= 2, { timeoutMs: 10_000, what: "both reconnections asking the sentinel" });
+    // ...while the sentinels announce a failover, then the answers come.
     sentinel.announceFailover();
-    await waitFor(() => client.status !== "connecting", { timeoutMs: 10_000, what: "the detector to disconnect the connector" });
+    await waitFor(() => client.status !== "connecting" && subscriber.status !== "connecting", {
+      timeoutMs: 10_000,
+      what: "the detectors to disconnect the connectors",
+    });
     sentinel.release();
 
-    // ioredis ended the client (the race happened)...
-    await waitFor(() => ended > 0, { timeoutMs: 10_000, what: "ioredis to end the client" });
-    // ...and it serves again without anyone reopening it.
+    // ioredis ended both clients (the race happened)...
+    await waitFor(() => ended >= 2, { timeoutMs: 10_000, what: "ioredis to end the clients" });
+    // ...and they serve again without anyone reopening them: commands, and the subscription.
     await waitFor(async () => (await client.ping().catch(() => "")) === "PONG", { timeoutMs: 15_000, what: "the client to serve again" });
+    await waitFor(
+      async () => {
+        await admin.publish(channel, "after");
+        return messages.includes("after");
+      },
+      { timeoutMs: 15_000, what: "the subscription to be back" },
+    );
 
     // BullMQ's blocking connections are duplicates: the same kind of client.
     const dup = client.duplicate();
