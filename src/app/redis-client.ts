@@ -125,8 +125,9 @@ export function clusterRedirections(failoverTimeoutMs: number): number {
  * REDIS_FAILOVER_TIMEOUT_MS (`clusterRedirections`), every node is reached with the deployment's
  * credentials. `redisOptions` is the caller's profile, applied to each node connection: fail-fast
  * (2 reconnect attempts, a command timeout per attempt) or patient (`maxRetriesPerRequest: null`,
- * which BullMQ requires of a Cluster's node options too). Auto-pipelining is the Cluster's own
- * option (it groups commands per node).
+ * which BullMQ requires of a Cluster's node options too). `enableAutoPipelining` in it asks for
+ * batching: a `TickBatchedCluster`, which writes each tick's commands in one write per node
+ * (ioredis's own Cluster auto-pipelining stays off).
  */
 export function openCluster(
   target: Extract<RedisTarget, { kind: "cluster" }>,
