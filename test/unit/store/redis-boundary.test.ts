@@ -54,7 +54,10 @@ function redisCalls(files: readonly string[], judged: (file: string) => boolean 
     const visit = (node: ts.Node): void => {
       if (ts.isCallExpression(node) && ts.isPropertyAccessExpression(node.expression)) {
         const method = node.expression.name.text;
-        if (!CONNECTION_METHODS.has(method)) {
+        // `super.<method>(…)`: a client subclass (app/redis-client.ts, app/sentinel-client.ts)
+        // forwarding to ioredis is the connection itself, not a command sent through it.
+        const viaSuper = node.expression.expression.kind === ts.SyntaxKind.SuperKeyword;
+        if (!CONNECTION_METHODS.has(method) && !viaSuper) {
           const receiver = checker.getTypeAtLocation(node.expression.expression);
           if (typeNames(receiver).some((n) => REDIS_TYPES.has(n))) {
             const { line } = sf.getLineAndCharacterOfPosition(node.getStart());
