@@ -108,7 +108,7 @@ const SETTINGS: BenchSettings = {
     sandboxRuns: envInt("BENCH_SANDBOX_RUNS", 2000),
     sandboxWarmup: 200,
     timerS: envInt("BENCH_TIMER_S", 10),
-    sourceRunConcurrency: 4, // Tributary's SOURCE_RUN_CONCURRENCY default
+    sourceRunConcurrency: 8, // Tributary's SOURCE_RUN_CONCURRENCY default
   },
 };
 
