@@ -3,6 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { Redis } from "ioredis";
+import { afterAll, beforeAll } from "vitest";
 import { freePort, redisAnswersPing } from "../../src/redis/embedded.js";
 import { onRedisNode, type RedisNodeProcess, spawnRedisNode } from "./redis-node.js";
 import { waitFor } from "./wait.js";
@@ -395,5 +396,23 @@ export async function startCluster(opts: LocalClusterOptions = {}): Promise<Loca
       });
     },
     stop,
+  };
+}
+
+/**
+ * A local cluster of the enclosing `describe` (or file): started before its tests, stopped after
+ * them. Returns a getter, since the cluster exists only once `beforeAll` ran.
+ */
+export function useCluster(opts: LocalClusterOptions = {}): () => LocalCluster {
+  let cluster: LocalCluster | undefined;
+  beforeAll(async () => {
+    cluster = await startCluster(opts);
+  }, 60_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+  return () => {
+    if (!cluster) throw new Error("useCluster: the cluster did not start");
+    return cluster;
   };
 }

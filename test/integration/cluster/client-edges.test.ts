@@ -8,7 +8,7 @@ import { FANOUT_GROUP } from "../../../src/events/fanout.js";
 import { createLogger } from "../../../src/observability/logger.js";
 import { createKeys } from "../../../src/store/keys.js";
 import { ReplicaAck } from "../../../src/store/replica-ack.js";
-import { keySlot, type LocalCluster, startCluster } from "../../helpers/cluster.js";
+import { keySlot, type LocalCluster, startCluster, useCluster } from "../../helpers/cluster.js";
 import { onRedisNode } from "../../helpers/redis-node.js";
 import { waitFor } from "../../helpers/wait.js";
 
@@ -75,15 +75,10 @@ describe("the daemon's Cluster client", () => {
 });
 
 describe("a request-path Cluster client that lost every node", () => {
-  let own: LocalCluster;
-  beforeAll(async () => {
-    own = await startCluster({ masters: 3 });
-  }, 60_000);
-  afterAll(async () => {
-    await own?.stop();
-  });
+  const ownCluster = useCluster({ masters: 3 });
 
   it("fails commands at once while the whole cluster is down (503, not a hang), and serves again once it is back", async () => {
+    const own = ownCluster();
     const conns = createConnections(targetOf(own), { commandTimeoutMs: 1000, logger });
     const commands = conns.commands as Cluster;
     try {

@@ -1,9 +1,9 @@
 import type { Cluster, Redis } from "ioredis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createConnections } from "../../../src/app/connections.js";
 import type { RedisTarget } from "../../../src/app/redis-client.js";
 import { createLogger } from "../../../src/observability/logger.js";
-import { keySlot, type LocalCluster, startCluster } from "../../helpers/cluster.js";
+import { keySlot, useCluster } from "../../helpers/cluster.js";
 
 /**
  * The daemon's request-path Cluster client batches the commands of one event-loop tick into one
@@ -14,15 +14,7 @@ import { keySlot, type LocalCluster, startCluster } from "../../helpers/cluster.
 
 const logger = createLogger("silent");
 
-let cluster: LocalCluster;
-
-beforeAll(async () => {
-  cluster = await startCluster({ masters: 3 });
-}, 60_000);
-
-afterAll(async () => {
-  await cluster?.stop();
-});
+const localCluster = useCluster({ masters: 3 });
 
 /** Counts the flushes (`_write`/`_writev` calls, one socket write each) of a node connection's socket; observing only. */
 function countFlushes(node: Redis): { count(): number; stop(): void } {
@@ -44,6 +36,7 @@ function countFlushes(node: Redis): { count(): number; stop(): void } {
 
 describe("the request-path Cluster client", () => {
   it("sends one tick's commands to a node in one socket write, in order, and each to the node of its key", async () => {
+    const cluster = localCluster();
     const target: RedisTarget = {
       kind: "cluster",
       nodes: cluster.seeds,

@@ -17,7 +17,7 @@ import { createKeys } from "../../../src/store/keys.js";
 import { LiveTailStore } from "../../../src/store/live-tail.js";
 import { ReplicaAck } from "../../../src/store/replica-ack.js";
 import { UserStore } from "../../../src/store/users.js";
-import { type LocalCluster, startCluster } from "../../helpers/cluster.js";
+import { type LocalCluster, startCluster, useCluster } from "../../helpers/cluster.js";
 import { killAll, spawnDaemon, waitForReady } from "../../helpers/process.js";
 import { onRedisNode, spawnRedisNode } from "../../helpers/redis-node.js";
 import { waitFor } from "../../helpers/wait.js";
@@ -255,18 +255,12 @@ describe("a 1-master cluster with a replica", () => {
 describe("the daemon on REDIS_CLUSTER_NODES", () => {
   // A cluster of its own: the revocation test above SIGKILLs a master, and the daemon's start-up
   // writes the layout record, whose slot may be on that master.
-  let own: LocalCluster;
-  beforeAll(async () => {
-    own = await startCluster({ masters: 3 });
-  }, 60_000);
-  afterAll(async () => {
-    await own?.stop();
-  });
+  const ownCluster = useCluster({ masters: 3 });
 
   it("starts with ROLES=api and answers /readyz 200", async () => {
     const port = await freePort();
     const d = spawnDaemon("cluster-api", {
-      REDIS_CLUSTER_NODES: own.seedList,
+      REDIS_CLUSTER_NODES: ownCluster().seedList,
       ROLES: "api",
       PORT: String(port),
       HOST: "127.0.0.1",
