@@ -14,6 +14,8 @@ const PROBE_DEADLINE_MS = 3000;
 
 /** An embedded redis-server that goes down more often than this is given up on (the daemon exits 1). */
 const EMBEDDED_REDIS_RESTARTS = { maxRestarts: 5, windowMs: 60_000 } as const;
+/** How long the give-up may spend stopping the embedded server before the daemon exits anyway. */
+const EMBEDDED_GIVE_UP_EXIT_MS = 5000;
 
 /** Process entry point: the only module that reads the environment, listens and installs signal handlers. */
 async function main(): Promise<void> {
@@ -47,6 +49,8 @@ async function main(): Promise<void> {
           onGiveUp: (err) => {
             logger.fatal({ err: err.message }, "giving up on the embedded redis-server; exiting");
             logger.flush?.();
+            // Exit 1 even if stopping the server or releasing the data dir hangs.
+            setTimeout(() => process.exit(1), EMBEDDED_GIVE_UP_EXIT_MS).unref();
             void embedded?.close().finally(() => process.exit(1));
           },
         },
