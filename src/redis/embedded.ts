@@ -65,16 +65,28 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** True when a Redis on 127.0.0.1:`port` answers PING (after AUTH with `password`) within half a second. */
+/** How long `redisAnswersPing` waits for an answer. */
+const PING_ANSWER_MS = 500;
+
+/**
+ * True when a Redis on 127.0.0.1:`port` answers PING (after AUTH with `password`) within half a
+ * second; false otherwise, always within that time: also when the connection is closed without
+ * an answer (a server killed after it read the PING closes it cleanly, with no error and no data,
+ * and a closed socket's idle time-out never fires).
+ */
 export function redisAnswersPing(port: number, password?: string): Promise<boolean> {
   return new Promise((resolve) => {
     const sock = net.connect({ port, host: "127.0.0.1" });
     let got = "";
+    let settled = false;
     const done = (ok: boolean) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
       sock.destroy();
       resolve(ok);
     };
-    sock.setTimeout(500);
+    const timer = setTimeout(() => done(false), PING_ANSWER_MS);
     sock.once("connect", () => sock.write(`${password ? `AUTH ${password}\r\n` : ""}PING\r\n`));
     sock.on("data", (d) => {
       got += d.toString();
@@ -82,7 +94,7 @@ export function redisAnswersPing(port: number, password?: string): Promise<boole
       else if (got.includes("-")) done(false);
     });
     sock.once("error", () => done(false));
-    sock.once("timeout", () => done(false));
+    sock.once("close", () => done(false));
   });
 }
 
@@ -165,7 +177,10 @@ export async function startEmbeddedRedis(opts: EmbeddedRedisOptions = {}): Promi
       how = await server.exited;
     }
   };
-  const supervising = supervise();
+  // A fault of the loop itself must not leave a dead server unwatched: it is a give-up.
+  const supervising = supervise().catch((err: unknown) => {
+    if (!closed) opts.restart?.onGiveUp(err instanceof Error ? err : new Error(String(err)));
+  });
 
   let closing: Promise<void> | undefined;
   return {
