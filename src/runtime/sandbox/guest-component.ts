@@ -426,7 +426,35 @@ async function runComponent(factory, payload) {
   return outputs(error);
 }
 
+// A run started on the host's own thread ("start"): its outputs once settled, else how to wait.
+let started;
+
+/** Starts a warm run; its microtasks run before the host's synchronous call returns. */
+function start(payload) {
+  const run = { done: false, value: null, promise: runComponent(undefined, payload) };
+  started = run;
+  promiseThen(run.promise, (value) => { run.done = true; run.value = value; });
+}
+
+/** The started run's outputs if it has settled, else null (it awaits a fetch or a timer). */
+function take() {
+  const run = started;
+  if (run === undefined || !run.done) return null;
+  started = undefined;
+  return run.value;
+}
+
+/** The started run's outputs, once it settles. */
+function wait() {
+  const run = started;
+  started = undefined;
+  return run === undefined ? outputs({ code: "SandboxError", msg: "no run in progress", stack: "" }) : run.promise;
+}
+
 return function dispatch(op, a, b, c) {
+  if (op === "start") return start(a);
+  if (op === "take") return take();
+  if (op === "wait") return wait();
   if (op === "tick") return tick();
   if (op === "settle") return settle(a, b, c);
   if (op === "load") return describe(a);

@@ -17,6 +17,9 @@ import { CROSSING_LIMITS, DB_WRITE_BUDGET_STATES, DEFAULT_LIMITS, EMIT_BUDGET_EV
  *
  * - `dispatch("load", factory)` evaluates the component module and describes it (metadata read);
  * - `dispatch("run", factory, payload)` runs `run(event)` or a hook; resolves with null or an error;
+ * - `dispatch("start", payload)`, then `dispatch("take")`: the same warm run, entered by a
+ *   synchronous call (its microtasks run before that call returns); `take` answers its outputs, or
+ *   null while it awaits a fetch or a timer, and then `dispatch("wait")` answers them once settled;
  * - `dispatch("settle", id, ok, value)` completes a pending `fetch`;
  * - `dispatch("tick")` fires the timers that are due (guest-timers.ts).
  *

@@ -24,7 +24,8 @@ export type { InspectResult } from "./types.js";
  * long-lived context in it holding the guest prelude and the evaluated module; a run is one entry
  * into that context (`dispatch("run")`), which resets the previous run's state in the guest and
  * answers the run's console lines, emits and db writes with its result. Only `fetch`, timers and
- * `http.respond` cross during the run (the context's callback, to the run's HostBridge).
+ * `http.respond` cross during the run (the context's callback, to the run's HostBridge). A warm
+ * run is entered synchronously, on this thread, for at most THREAD_SLICE_MS (`enterOnThread`).
  *
  * One wall-clock timer covers the whole run, awaits included. When it fires, the run ends and its
  * context is discarded; what it did so far is asked of the guest, and if the isolate does not
@@ -67,6 +68,16 @@ const unavailableFetch: HostFetch = async () => {
 
 /** How long a finished run's isolate may take to answer before it is presumed stuck. */
 const PING_DEADLINE_MS = 250;
+/**
+ * How long a warm run entered on the sandbox's own thread may hold it (`enterOnThread`). A run
+ * still computing then is stopped, its context discarded, and the run started again on the async
+ * path, in a fresh context, with the rest of its time limit; its source runs async from then on.
+ */
+const THREAD_SLICE_MS = 50;
+/** Sources of one user isolate whose runs outlasted a slice; past it, all its runs go async. */
+const THREAD_STRIKES = 3;
+/** `enterOnThread`'s answer when the run outlasted its slice. */
+const SLICE_SPENT = Symbol("slice spent");
 const MAX_MESSAGE = CROSSING_LIMITS.maxErrorMessageLength;
 const MAX_STACK = CROSSING_LIMITS.maxErrorStackLength;
 
@@ -86,6 +97,10 @@ export class Sandbox implements SandboxService {
    */
   private readonly deadlines = new Set<RunDeadline>();
   private watchdog: NodeJS.Timeout | undefined;
+  /** Per user isolate: the sources whose warm run outlasted its slice on the thread. */
+  private readonly offThread = new WeakMap<UserIsolate, Set<string>>();
+  /** Warm runs entered on the sandbox's own thread, and those of them that outlasted their slice (tests, bench). */
+  readonly threadRuns = { entered: 0, sliceSpent: 0 };
 
   constructor(limits: SandboxLimits, options: SandboxOptions = {}) {
     this.limits = { ...DEFAULT_LIMITS, ...limits };
@@ -153,7 +168,8 @@ export class Sandbox implements SandboxService {
       abortRun = reject;
     });
     ui.stoppers.add(abortRun);
-    const bridge = new HostBridge({ limits: this.limits, fetch: this.fetch, db: req.db, onRespond: req.onRespond, onFault: abortRun });
+    const bridgeOptions = { limits: this.limits, fetch: this.fetch, db: req.db, onRespond: req.onRespond, onFault: abortRun };
+    let bridge = new HostBridge(bridgeOptions);
     const limit: RunDeadline = {
       at: deadline,
       expire: () => {
@@ -172,7 +188,24 @@ export class Sandbox implements SandboxService {
     // component's own (a time-out, a limit, an isolated-vm error leave its state in doubt).
     let reusable = false;
     try {
-      if (ctx) {
+      // A warm run without a custom response is entered synchronously: it costs a fraction of an
+      // async entry, and a run that awaits a fetch or a timer goes on asynchronously.
+      let entered: unknown = SLICE_SPENT;
+      if (ctx && ctx.factory === undefined && req.onRespond === undefined && this.mayEnterOnThread(ui, req.sourceId)) {
+        entered = this.enterOnThread(ctx, bridge, req, deadline);
+        if (entered === SLICE_SPENT) {
+          // Nothing of the stopped attempt survives: its context, its fetches and timers go.
+          this.spentSlice(ui, req.sourceId);
+          this.users.returnContext(ctx, false);
+          ctx = undefined;
+          bridge.close();
+          bridge = new HostBridge(bridgeOptions);
+        }
+      }
+      if (entered !== SLICE_SPENT) {
+        if (entered instanceof Promise) entered.then(finish, abortRun);
+        else finish(entered);
+      } else if (ctx) {
         enter(ctx, bridge, req, deadline).then(finish, abortRun);
       } else {
         (async () => {
@@ -281,6 +314,42 @@ export class Sandbox implements SandboxService {
     this.watchdog = undefined;
   }
 
+  /**
+   * A warm run entered by synchronous calls on this thread (two hops, `start` then `take`, no
+   * thread pool): its outputs, or a promise of them when it awaits a fetch or a timer, or
+   * SLICE_SPENT when it computed past THREAD_SLICE_MS (stopped there by isolated-vm). Failures
+   * come back as a rejected promise, as from the async entry.
+   */
+  private enterOnThread(c: SourceContext, bridge: HostBridge, req: RunRequest, deadline: number): unknown {
+    c.bridge = bridge;
+    bridge.attach(c.entries);
+    const left = remaining(deadline);
+    const slice = Math.min(THREAD_SLICE_MS, left);
+    this.threadRuns.entered++;
+    try {
+      c.dispatch.applySync(undefined, ["start", runPayload(req, bridge)], { arguments: COPY, timeout: slice });
+      const out: unknown = c.dispatch.applySync(undefined, ["take"], { result: COPY, timeout: slice });
+      if (out !== null) return out;
+    } catch (err) {
+      // Only the slice ended here: the run's own time limit is further away.
+      if (slice < left && /execution timed out/i.test(err instanceof Error ? err.message : String(err))) return SLICE_SPENT;
+      return Promise.reject(err);
+    }
+    return c.dispatch.apply(undefined, ["wait"], { result: PROMISE_COPY, timeout: remaining(deadline) });
+  }
+
+  private mayEnterOnThread(ui: UserIsolate, sourceId: string): boolean {
+    const spent = this.offThread.get(ui);
+    return spent === undefined || (spent.size < THREAD_STRIKES && !spent.has(sourceId));
+  }
+
+  private spentSlice(ui: UserIsolate, sourceId: string): void {
+    this.threadRuns.sliceSpent++;
+    const spent = this.offThread.get(ui) ?? new Set<string>();
+    this.offThread.set(ui, spent);
+    spent.add(sourceId);
+  }
+
   private watch(d: RunDeadline): void {
     this.deadlines.add(d);
     if (this.watchdog === undefined) this.watchdog = setTimeout(() => this.expire(), this.limits.timeoutMs);
@@ -361,7 +430,7 @@ const PROMISE_COPY = { promise: true, copy: true } as const;
 function enter(c: SourceContext, bridge: HostBridge, req: RunRequest, deadline: number): Promise<unknown> {
   c.bridge = bridge;
   bridge.attach(c.entries);
-  const payload = { method: req.method, sourceId: req.sourceId, props: req.props, event: req.event, db: bridge.dbEntries() };
+  const payload = runPayload(req, bridge);
   const factory = c.factory;
   if (!factory)
     return c.dispatch.apply(undefined, ["run", undefined, payload], {
@@ -372,6 +441,11 @@ function enter(c: SourceContext, bridge: HostBridge, req: RunRequest, deadline: 
   // The first run of the context evaluates the module: the factory goes in as a reference.
   c.factory = undefined;
   return enterFirst(c, factory, payload, deadline);
+}
+
+/** What the guest's run receives: the request's data and the run's db state. */
+function runPayload(req: RunRequest, bridge: HostBridge): object {
+  return { method: req.method, sourceId: req.sourceId, props: req.props, event: req.event, db: bridge.dbEntries() };
 }
 
 async function enterFirst(c: SourceContext, factory: ivm.Reference, payload: object, deadline: number): Promise<unknown> {

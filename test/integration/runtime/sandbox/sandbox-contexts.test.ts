@@ -182,6 +182,91 @@ describe("per-run state", () => {
   });
 });
 
+describe("warm runs on the sandbox's thread", () => {
+  it("answers a warm run by synchronous entry, and goes on asynchronously when it awaits a fetch or a timer", async () => {
+    const box = new Sandbox(
+      { memoryMb: 32, timeoutMs: 5000 },
+      { fetch: async (url) => ({ status: 200, headers: {}, body: `got ${url}` }) },
+    );
+    try {
+      const code = await compiled(`let n = 0;
+        module.exports = { name: "waits", async run(event) {
+          n++;
+          if (event && event.fetch) this.$emit({ n, body: await (await fetch("https://example.com/x")).text() });
+          else if (event && event.timer) { await new Promise((r) => setTimeout(r, 20)); this.$emit({ n, timer: true }); }
+          else this.$emit({ n });
+        } };`);
+      // The first run evaluates the module (async entry); the next ones are warm.
+      expect(await emitted(box, req(code, "u_thread", "dc_thread"))).toEqual([{ n: 1 }]);
+      const before = box.threadRuns.entered;
+      expect(await emitted(box, req(code, "u_thread", "dc_thread"))).toEqual([{ n: 2 }]);
+      expect(box.threadRuns.entered).toBe(before + 1);
+      expect(await emitted(box, req(code, "u_thread", "dc_thread", { event: { fetch: true } }))).toEqual([
+        { n: 3, body: "got https://example.com/x" },
+      ]);
+      expect(await emitted(box, req(code, "u_thread", "dc_thread", { event: { timer: true } }))).toEqual([{ n: 4, timer: true }]);
+      expect(await emitted(box, req(code, "u_thread", "dc_thread"))).toEqual([{ n: 5 }]);
+      expect(box.threadRuns).toEqual({ entered: before + 4, sliceSpent: 0 });
+    } finally {
+      box.close();
+    }
+  });
+
+  it("gives a warm run that computes past its slice its whole time limit, in a fresh context, and keeps its source off the thread", async () => {
+    const box = new Sandbox({ memoryMb: 32, timeoutMs: 20_000 });
+    try {
+      const code = await compiled(`let n = 0;
+        module.exports = { name: "spins", async run(event) {
+          n++;
+          this.$emit({ n });
+          if (event && event.spinMs) { const end = Date.now() + event.spinMs; while (Date.now() < end) {} }
+        } };`);
+      expect(await emitted(box, req(code, "u_spin", "dc_spin"))).toEqual([{ n: 1 }]);
+      // 300 ms of computing, six times the slice: the run succeeds, started over in a fresh context.
+      const spun = await box.run(req(code, "u_spin", "dc_spin", { event: { spinMs: 300 } }));
+      expect(spun.error).toBeUndefined();
+      expect(spun.emits.map((e) => e.event)).toEqual([{ n: 1 }]);
+      expect(spun.durationMs).toBeGreaterThanOrEqual(300);
+      expect(box.threadRuns.sliceSpent).toBe(1);
+      // That context stays warm for the source's next runs, entered asynchronously from now on.
+      const entered = box.threadRuns.entered;
+      expect(await emitted(box, req(code, "u_spin", "dc_spin"))).toEqual([{ n: 2 }]);
+      expect(box.threadRuns.entered).toBe(entered);
+      // Another source of the same user still takes the thread.
+      expect(await emitted(box, req(code, "u_spin", "dc_spin2"))).toEqual([{ n: 1 }]);
+      expect(await emitted(box, req(code, "u_spin", "dc_spin2"))).toEqual([{ n: 2 }]);
+      expect(box.threadRuns.entered).toBe(entered + 1);
+    } finally {
+      box.close();
+    }
+  });
+
+  it("takes a user's runs off the thread for good once three of its sources outlasted their slice", async () => {
+    const box = new Sandbox({ memoryMb: 32, timeoutMs: 20_000 });
+    try {
+      const code = await compiled(`module.exports = { name: "spins", async run(event) {
+          if (event && event.spinMs) { const end = Date.now() + event.spinMs; while (Date.now() < end) {} }
+          this.$emit({ ok: true });
+        } };`);
+      for (const source of ["dc_s1", "dc_s2", "dc_s3"]) {
+        await emitted(box, req(code, "u_strikes", source));
+        expect(await emitted(box, req(code, "u_strikes", source, { event: { spinMs: 120 } }))).toEqual([{ ok: true }]);
+      }
+      expect(box.threadRuns.sliceSpent).toBe(3);
+      await emitted(box, req(code, "u_strikes", "dc_s4"));
+      const entered = box.threadRuns.entered;
+      expect(await emitted(box, req(code, "u_strikes", "dc_s4", { event: { spinMs: 120 } }))).toEqual([{ ok: true }]);
+      expect(box.threadRuns).toEqual({ entered, sliceSpent: 3 });
+      // Another user is not affected.
+      await emitted(box, req(code, "u_clean", "dc_c"));
+      await emitted(box, req(code, "u_clean", "dc_c"));
+      expect(box.threadRuns.entered).toBe(entered + 1);
+    } finally {
+      box.close();
+    }
+  });
+});
+
 describe("containment", () => {
   it("discards a timed-out run's context, keeps what it did, and leaves other users alone", async () => {
     const box = new Sandbox({ memoryMb: 32, timeoutMs: 300 });
@@ -197,8 +282,12 @@ describe("containment", () => {
       expect(await emitted(box, req(code, "u_loop", "dc_loop"))).toEqual([{ n: 1 }]);
       const looped = await box.run(req(code, "u_loop", "dc_loop", { event: { loop: true } }));
       expect(looped.error?.code).toBe("TIMEOUT");
-      expect(looped.emits.map((e) => e.event)).toEqual([{ n: 2 }]);
-      // A fresh context: the module starts over.
+      // The warm run outlasted its slice on the sandbox's thread and started over in a fresh
+      // context (the module evaluated again), where it ran into the time limit: what that attempt
+      // emitted is kept, the stopped attempt left nothing.
+      expect(looped.emits.map((e) => e.event)).toEqual([{ n: 1 }]);
+      expect(box.threadRuns.sliceSpent).toBe(1);
+      // A fresh context again: the module starts over.
       expect(await emitted(box, req(code, "u_loop", "dc_loop"))).toEqual([{ n: 1 }]);
       // The other user's context was not touched.
       expect(((await emitted(box, req(other, "u_bystander", "dc_by")))[0] as { n: number }).n).toBe(2);
