@@ -1,7 +1,15 @@
 import { CompiledCodeCache } from "../compiled-code.js";
 import { endProcessNow } from "../fatal.js";
 import { Sandbox } from "./sandbox.js";
-import { type FromHost, SANDBOX_HOST_CONFIG_ENV, type SandboxHostConfig, type ToHost } from "./sandbox-ipc.js";
+import {
+  type DaemonMessage,
+  eachMessage,
+  type HostMessage,
+  MessageBatcher,
+  SANDBOX_HOST_CONFIG_ENV,
+  type SandboxHostConfig,
+  type ToHost,
+} from "./sandbox-ipc.js";
 import type { HostFetch, HostFetchResponse, HttpResponse } from "./types.js";
 
 /**
@@ -42,15 +50,17 @@ const fetches = new Map<number, { resolve: (r: HostFetchResponse) => void; rejec
 /** Compiled code by key: the daemon sends a code once, and later runs of it name it only. */
 const codes = new CompiledCodeCache(config.codeCacheBytes);
 
+const outbox = new MessageBatcher<DaemonMessage>((msg, done) => {
+  try {
+    process.send?.(msg, undefined, {}, () => done());
+  } catch {
+    done();
+  }
+});
+
 /** Sends a message; resolves once it is handed to the channel (the daemon may be gone: ignored). */
-function send(msg: FromHost): Promise<void> {
-  return new Promise((resolve) => {
-    try {
-      process.send?.(msg, undefined, {}, () => resolve());
-    } catch {
-      resolve();
-    }
-  });
+function send(msg: DaemonMessage): Promise<void> {
+  return outbox.send(msg);
 }
 
 /** The guest's fetch, done by the daemon. */
@@ -102,9 +112,9 @@ function endIfIdle(): void {
 }
 
 /** Runs one request, sends its answer, and ends the process if it was the last one owed. */
-async function serve(id: number, work: () => Promise<FromHost>): Promise<void> {
+async function serve(id: number, work: () => Promise<DaemonMessage>): Promise<void> {
   inFlight++;
-  let answer: FromHost;
+  let answer: DaemonMessage;
   try {
     answer = await work();
   } catch (err) {
@@ -115,8 +125,9 @@ async function serve(id: number, work: () => Promise<FromHost>): Promise<void> {
   endIfIdle();
 }
 
-process.on("message", (raw: unknown) => {
-  const msg = raw as ToHost;
+process.on("message", (raw: unknown) => eachMessage(raw as ToHost, receive));
+
+function receive(msg: HostMessage): void {
   switch (msg.t) {
     case "run":
     case "inspect":
@@ -165,7 +176,7 @@ process.on("message", (raw: unknown) => {
       endIfIdle();
       return;
   }
-});
+}
 
 // The daemon went away: nothing here is owed to anyone.
 process.on("disconnect", () => {

@@ -1,7 +1,16 @@
 import { type ChildProcess, fork } from "node:child_process";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { type FetchRequestData, type FromHost, SANDBOX_HOST_CONFIG_ENV, type SandboxHostConfig, type ToHost } from "./sandbox-ipc.js";
+import {
+  type DaemonMessage,
+  eachMessage,
+  type FetchRequestData,
+  type FromHost,
+  type HostMessage,
+  MessageBatcher,
+  SANDBOX_HOST_CONFIG_ENV,
+  type SandboxHostConfig,
+} from "./sandbox-ipc.js";
 import type { HostFetch, HttpResponse, InspectResult, RunError, RunRequest, RunResult } from "./types.js";
 
 /**
@@ -54,6 +63,15 @@ export class SandboxProcess {
   /** No new work goes here: it reported a catastrophic error, was closed, or ended. */
   retired = false;
   private readonly child: ChildProcess;
+  /** Messages to the process, one write per turn of the event loop. */
+  private readonly outbox = new MessageBatcher<HostMessage>((msg, done) => {
+    try {
+      this.child.send(msg, undefined, {}, () => done());
+    } catch {
+      // The channel is closed: the process is ending, and "exit" fails what is pending.
+      done();
+    }
+  });
   private readonly ready: Promise<boolean>;
   private readonly pending = new Map<number, Pending>();
   private readonly fetches = new Map<number, AbortController>();
@@ -88,11 +106,12 @@ export class SandboxProcess {
     this.ready = new Promise((resolve) => {
       becameReady = resolve;
     });
-    this.child.on("message", (raw: unknown) => {
-      const msg = raw as FromHost;
-      if (msg.t === "ready") becameReady(true);
-      else this.receive(msg);
-    });
+    this.child.on("message", (raw: unknown) =>
+      eachMessage(raw as FromHost, (msg) => {
+        if (msg.t === "ready") becameReady(true);
+        else this.receive(msg);
+      }),
+    );
     this.child.on("error", () => {}); // a failed send or spawn ends in "exit" too
     this.child.once("exit", (code, signal) => {
       becameReady(false);
@@ -157,16 +176,11 @@ export class SandboxProcess {
     setTimeout(() => this.child.kill("SIGKILL"), CLOSE_GRACE_MS).unref();
   }
 
-  private send(msg: ToHost): void {
-    if (this.exited) return;
-    try {
-      this.child.send(msg);
-    } catch {
-      // The channel is closed: the process is ending, and "exit" fails what is pending.
-    }
+  private send(msg: HostMessage): void {
+    if (!this.exited) void this.outbox.send(msg);
   }
 
-  private receive(msg: FromHost): void {
+  private receive(msg: DaemonMessage): void {
     switch (msg.t) {
       case "pong":
         this.lastPong = Date.now();
@@ -213,7 +227,7 @@ export class SandboxProcess {
     }
   }
 
-  private settle(msg: Extract<FromHost, { t: "ran" | "inspected" | "failed" }>): void {
+  private settle(msg: Extract<DaemonMessage, { t: "ran" | "inspected" | "failed" }>): void {
     const p = this.pending.get(msg.id);
     if (!p) return;
     this.pending.delete(msg.id);
