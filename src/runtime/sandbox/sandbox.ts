@@ -78,6 +78,8 @@ const THREAD_SLICE_MS = 50;
 const THREAD_STRIKES = 3;
 /** `enterOnThread`'s answer when the run outlasted its slice. */
 const SLICE_SPENT = Symbol("slice spent");
+/** A run not (or no longer) entered on the thread. */
+const NOT_ENTERED = Symbol("not entered");
 const MAX_MESSAGE = CROSSING_LIMITS.maxErrorMessageLength;
 const MAX_STACK = CROSSING_LIMITS.maxErrorStackLength;
 
@@ -187,10 +189,12 @@ export class Sandbox implements SandboxService {
     // Whether the context may serve the next run of its source: not after any failure but the
     // component's own (a time-out, a limit, an isolated-vm error leave its state in doubt).
     let reusable = false;
+    // Counted in ui.asyncRuns while it is (see mayEnterOnThread).
+    let onAsyncPath = false;
     try {
       // A warm run without a custom response is entered synchronously: it costs a fraction of an
       // async entry, and a run that awaits a fetch or a timer goes on asynchronously.
-      let entered: unknown = SLICE_SPENT;
+      let entered: unknown = NOT_ENTERED;
       if (ctx && ctx.factory === undefined && req.onRespond === undefined && this.mayEnterOnThread(ui, req.sourceId)) {
         entered = this.enterOnThread(ctx, bridge, req, deadline);
         if (entered === SLICE_SPENT) {
@@ -200,11 +204,18 @@ export class Sandbox implements SandboxService {
           ctx = undefined;
           bridge.close();
           bridge = new HostBridge(bridgeOptions);
+          entered = NOT_ENTERED;
         }
       }
-      if (entered !== SLICE_SPENT) {
-        if (entered instanceof Promise) entered.then(finish, abortRun);
-        else finish(entered);
+      // From here on, a run that was not answered on the thread is an async run of its isolate.
+      if (entered === NOT_ENTERED || entered instanceof Promise) {
+        ui.asyncRuns++;
+        onAsyncPath = true;
+      }
+      if (entered instanceof Promise) {
+        entered.then(finish, abortRun);
+      } else if (entered !== NOT_ENTERED) {
+        finish(entered);
       } else if (ctx) {
         enter(ctx, bridge, req, deadline).then(finish, abortRun);
       } else {
@@ -217,6 +228,10 @@ export class Sandbox implements SandboxService {
       reusable = out !== undefined && out.discard !== true;
     } catch (err) {
       error = this.classify(err, ui, timedOut);
+      if (!onAsyncPath) {
+        ui.asyncRuns++;
+        onAsyncPath = true;
+      }
       // What the run did so far is in its context: asked for, if the isolate still answers. If
       // it does not (a loop in a timer callback), it is disposed: only its user's runs are in it.
       if (!ui.isolate.isDisposed && error.code !== "SANDBOX_CLOSED") {
@@ -231,6 +246,7 @@ export class Sandbox implements SandboxService {
         }
       }
     } finally {
+      if (onAsyncPath) ui.asyncRuns--;
       this.unwatch(limit);
       ui.stoppers.delete(abortRun);
       bridge.close();
@@ -338,7 +354,14 @@ export class Sandbox implements SandboxService {
     return c.dispatch.apply(undefined, ["wait"], { result: PROMISE_COPY, timeout: remaining(deadline) });
   }
 
+  /**
+   * Whether a warm run may be entered on this thread: not while another run of the same isolate
+   * is on the async path (the isolate may be executing on isolated-vm's thread pool, and a
+   * synchronous entry would wait for it, holding every other user's runs: no time-out covers
+   * that wait), nor for a source or isolate that outlasted its slices.
+   */
   private mayEnterOnThread(ui: UserIsolate, sourceId: string): boolean {
+    if (ui.asyncRuns > 0) return false;
     const spent = this.offThread.get(ui);
     return spent === undefined || (spent.size < THREAD_STRIKES && !spent.has(sourceId));
   }

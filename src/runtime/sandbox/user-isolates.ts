@@ -47,6 +47,11 @@ export interface UserIsolate {
   contexts: number;
   /** Runs in progress. */
   active: number;
+  /**
+   * Runs in progress on the async path (Sandbox): while any is, the isolate may be executing on
+   * isolated-vm's thread pool, and a synchronous entry would block this thread until it is done.
+   */
+  asyncRuns: number;
   runs: number;
   lastUsed: number;
   /** How to end each run in progress at once (catastrophic error). */
@@ -443,6 +448,7 @@ export class UserIsolates {
       idle: new Map(),
       contexts: 0,
       active: 0,
+      asyncRuns: 0,
       runs: 0,
       lastUsed: Date.now(),
       stoppers: new Set(),

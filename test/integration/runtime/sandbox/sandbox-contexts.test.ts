@@ -241,6 +241,45 @@ describe("warm runs on the sandbox's thread", () => {
     }
   });
 
+  it("never enters a user's run on the thread while another run of that user computes on the async path: other users are not held", async () => {
+    const box = new Sandbox({ memoryMb: 32, timeoutMs: 20_000 });
+    try {
+      const code = await compiled(`module.exports = { name: "spins", async run(event) {
+          if (event && event.spinMs) { const end = Date.now() + event.spinMs; while (Date.now() < end) {} }
+          this.$emit({ ok: true });
+        } };`);
+      for (const [user, source] of [
+        ["u_busy", "dc_fast"],
+        ["u_other", "dc_other"],
+      ]) {
+        await emitted(box, req(code, user as string, source as string));
+        await emitted(box, req(code, user as string, source as string));
+      }
+      const finished: string[] = [];
+      // A first run (the async path: a new context) that computes for 1.5 s on isolated-vm's pool.
+      const slow = box.run(req(code, "u_busy", "dc_slow", { event: { spinMs: 1500 } })).then((r) => {
+        finished.push("slow");
+        return r;
+      });
+      await new Promise((r) => setTimeout(r, 150));
+      // A warm run of the same user: entered synchronously, it would hold this thread until the
+      // slow run lets go of the isolate, and the next user's run could not even start.
+      const sameUser = box.run(req(code, "u_busy", "dc_fast")).then((r) => {
+        finished.push("same user");
+        return r;
+      });
+      const other = box.run(req(code, "u_other", "dc_other")).then((r) => {
+        finished.push("other user");
+        return r;
+      });
+      for (const r of await Promise.all([slow, sameUser, other])) expect(r.error).toBeUndefined();
+      expect(finished[0]).toBe("other user");
+      expect(finished).toContain("same user");
+    } finally {
+      box.close();
+    }
+  });
+
   it("takes a user's runs off the thread for good once three of its sources outlasted their slice", async () => {
     const box = new Sandbox({ memoryMb: 32, timeoutMs: 20_000 });
     try {
