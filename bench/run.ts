@@ -18,7 +18,7 @@
  * default all but `cluster`, which runs only when named (about a minute: a local 3-master Redis
  * Cluster against the single redis-server; BENCH_CLUSTER_ROUNDS (1) times each of its loads on both
  * sides); they run in that order whatever the list's order), BENCH_SOURCE_DURATION_S (5: load
- * per HTTP-source phase), BENCH_SANDBOX_RUNS (2000), BENCH_TIMER_S (10: how long the 1 s timer
+ * per HTTP-source phase), BENCH_SANDBOX_RUNS (10000) after BENCH_SANDBOX_WARMUP (2000) warm-up runs, BENCH_TIMER_S (10: how long the 1 s timer
  * source ticks), BENCH_SSE_STREAMS (100), BENCH_SSE_RATE (200 emits/s) and BENCH_SSE_DURATION_S (5)
  * for the live-tail phase, BENCH_CPU_PROF (directory for V8 CPU profiles of the daemon),
  * BENCH_TRACE=1 (drain progress), BENCH_DAEMON_ROOT (run the daemon from another checkout),
