@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 
 /** CPU time of a process in ms (user + system), from /proc; undefined when it is gone. */
 export function cpuMsOf(pid: number): number | undefined {
@@ -15,6 +15,51 @@ export function cpuMsOf(pid: number): number | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** The parent pid of each live process, from /proc. */
+function parentPids(): Map<number, number> {
+  const out = new Map<number, number>();
+  let names: string[] = [];
+  try {
+    names = readdirSync("/proc");
+  } catch {
+    return out;
+  }
+  for (const name of names) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      out.set(Number(name), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return out;
+}
+
+/**
+ * CPU time in ms of each named process and of its live child processes, by child pid (the
+ * daemon's sandbox process is the daemon's cost). The measuring process (`bench`) counts alone:
+ * its children are the deployment's processes, named on their own.
+ */
+function sample(pids: Record<string, number | undefined>): Map<string, Map<number, number>> {
+  const parents = parentPids();
+  const out = new Map<string, Map<number, number>>();
+  for (const [name, pid] of Object.entries(pids)) {
+    if (pid === undefined) continue;
+    const own = cpuMsOf(pid);
+    if (own === undefined) continue;
+    const tree = new Map<number, number>([[pid, own]]);
+    if (name !== "bench") {
+      for (const [child, parent] of parents) {
+        const ms = parent === pid ? cpuMsOf(child) : undefined;
+        if (ms !== undefined) tree.set(child, ms);
+      }
+    }
+    out.set(name, tree);
+  }
+  return out;
 }
 
 /** CPU time of the whole machine in ms (every core, busy states only). */
@@ -37,18 +82,18 @@ export type CpuShares = Record<string, number>;
 export function cpuMeter(pids: Record<string, number | undefined>): () => { pct: CpuShares; wallMs: number } {
   const start = performance.now();
   const machineBefore = machineBusyMs();
-  const before = new Map<string, number>();
-  for (const [name, pid] of Object.entries(pids)) {
-    const v = pid === undefined ? undefined : cpuMsOf(pid);
-    if (v !== undefined) before.set(name, v);
-  }
+  const before = sample(pids);
   return () => {
     const wall = performance.now() - start;
+    const after = sample(pids);
     const out: CpuShares = {};
-    for (const [name, pid] of Object.entries(pids)) {
-      const b = before.get(name);
-      const a = pid === undefined ? undefined : cpuMsOf(pid);
-      if (a !== undefined && b !== undefined && wall > 0) out[name] = (100 * (a - b)) / wall;
+    for (const [name, tree] of after) {
+      const was = before.get(name);
+      if (!was || wall <= 0) continue;
+      // A child that started during the interval counts from zero; one that ended is lost.
+      let ms = 0;
+      for (const [pid, now] of tree) ms += now - (was.get(pid) ?? 0);
+      out[name] = (100 * ms) / wall;
     }
     const machineAfter = machineBusyMs();
     if (machineBefore !== undefined && machineAfter !== undefined && wall > 0) {
