@@ -378,6 +378,29 @@ describe("containment", () => {
   }, 30_000);
 });
 
+describe("containment on the thread", () => {
+  it("costs a warm run's memory hog only its own user's isolate, and the prelude's built-ins stay the guest's", async () => {
+    const box = new Sandbox({ memoryMb: 32, timeoutMs: 10_000 });
+    try {
+      const counter = await compiled(COUNTER);
+      const code = await compiled(`module.exports = { name: "hog later", async run(event) {
+          if (event && event.hog) { const a = []; while (true) a.push("x".repeat(1000) + a.length); }
+          this.$emit({ ok: true });
+        } };`);
+      await emitted(box, req(counter, "u_victim2", "dc_v"));
+      await emitted(box, req(code, "u_hog2", "dc_h"));
+      const entered = box.threadRuns.entered;
+      expect((await box.run(req(code, "u_hog2", "dc_h", { event: { hog: true } }))).error?.code).toBe("MEMORY_LIMIT");
+      expect(box.threadRuns.entered).toBe(entered + 1);
+      // The hog's user starts over in a new isolate; the other user's module state is intact.
+      expect(await emitted(box, req(code, "u_hog2", "dc_h"))).toEqual([{ ok: true }]);
+      expect(((await emitted(box, req(counter, "u_victim2", "dc_v")))[0] as { n: number }).n).toBe(2);
+    } finally {
+      box.close();
+    }
+  }, 30_000);
+});
+
 describe("the prelude", () => {
   it("keeps working for the next runs when a component replaces the built-ins it uses", async () => {
     const code = await compiled(`let runs = 0;
