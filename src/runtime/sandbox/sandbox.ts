@@ -6,6 +6,7 @@ import {
   CROSSING_LIMITS,
   DEFAULT_LIMITS,
   type HostFetch,
+  type HttpResponse,
   type InspectResult,
   type ResolvedLimits,
   type RunError,
@@ -170,7 +171,18 @@ export class Sandbox implements SandboxService {
       abortRun = reject;
     });
     ui.stoppers.add(abortRun);
-    const bridgeOptions = { limits: this.limits, fetch: this.fetch, db: req.db, onRespond: req.onRespond, onFault: abortRun };
+    // A run stopped at its slice and started over (enterOnThread) answers its HTTP request once:
+    // the first response wins across attempts, as it does within one (HostBridge).
+    let answered = false;
+    const respond = req.onRespond;
+    const onRespond = respond
+      ? (response: HttpResponse) => {
+          if (answered) return;
+          answered = true;
+          respond(response);
+        }
+      : undefined;
+    const bridgeOptions = { limits: this.limits, fetch: this.fetch, db: req.db, onRespond, onFault: abortRun };
     let bridge = new HostBridge(bridgeOptions);
     const limit: RunDeadline = {
       at: deadline,
@@ -192,10 +204,10 @@ export class Sandbox implements SandboxService {
     // Counted in ui.asyncRuns while it is (see mayEnterOnThread).
     let onAsyncPath = false;
     try {
-      // A warm run without a custom response is entered synchronously: it costs a fraction of an
-      // async entry, and a run that awaits a fetch or a timer goes on asynchronously.
+      // A warm run is entered synchronously: it costs a fraction of an async entry, and a run that
+      // awaits a fetch or a timer goes on asynchronously.
       let entered: unknown = NOT_ENTERED;
-      if (ctx && ctx.factory === undefined && req.onRespond === undefined && this.mayEnterOnThread(ui, req.sourceId)) {
+      if (ctx && ctx.factory === undefined && this.mayEnterOnThread(ui, req.sourceId)) {
         entered = this.enterOnThread(ctx, bridge, req, deadline);
         if (entered === SLICE_SPENT) {
           // Nothing of the stopped attempt survives: its context, its fetches and timers go.

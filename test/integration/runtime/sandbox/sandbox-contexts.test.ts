@@ -280,6 +280,37 @@ describe("warm runs on the sandbox's thread", () => {
     }
   });
 
+  it("answers an HTTP request once when a warm run that responded computes past its slice and starts over", async () => {
+    const box = new Sandbox({ memoryMb: 32, timeoutMs: 20_000 });
+    try {
+      const code = await compiled(`let n = 0;
+        module.exports = { name: "responds", props: { http: { type: "$.interface.http", customResponse: true } }, async run(event) {
+          n++;
+          this.http.respond({ status: 200, body: "attempt " + n });
+          if (event && event.spinMs) { const end = Date.now() + event.spinMs; while (Date.now() < end) {} }
+          this.$emit({ n });
+        } };`);
+      const answers: string[] = [];
+      const run = (event: unknown) =>
+        box.run(req(code, "u_inline", "dc_inline", { event, onRespond: (r) => answers.push(String(r.body)) }));
+      expect((await run({})).emits.map((e) => e.event)).toEqual([{ n: 1 }]);
+      const entered = box.threadRuns.entered;
+      const warm = await run({});
+      expect(warm.responded).toBe(true);
+      expect(box.threadRuns.entered).toBe(entered + 1);
+      // Responds at once (the warm context's third run), then computes for 300 ms: stopped at its
+      // slice and started over in a fresh context, whose own response is not sent again.
+      const spun = await run({ spinMs: 300 });
+      expect(spun.error).toBeUndefined();
+      expect(spun.responded).toBe(true);
+      expect(spun.emits.map((e) => e.event)).toEqual([{ n: 1 }]);
+      expect(box.threadRuns.sliceSpent).toBe(1);
+      expect(answers).toEqual(["attempt 1", "attempt 2", "attempt 3"]);
+    } finally {
+      box.close();
+    }
+  });
+
   it("takes a user's runs off the thread for good once three of its sources outlasted their slice", async () => {
     const box = new Sandbox({ memoryMb: 32, timeoutMs: 20_000 });
     try {
