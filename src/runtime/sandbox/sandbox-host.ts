@@ -97,10 +97,10 @@ const sandbox = new Sandbox(config.limits, {
   onCatastrophicError: (message) => {
     if (draining) return;
     draining = true;
-    void send({ t: "catastrophic", message });
-    // isolated-vm parked the isolate's thread for good: finish what the other isolates run, then end.
+    // isolated-vm parked the isolate's thread for good: finish what the other isolates run, then end
+    // (once the daemon has been told: messages leave at the end of the turn, MessageBatcher).
     setTimeout(endProcessNow, config.limits.timeoutMs + DRAIN_GRACE_MS);
-    endIfIdle();
+    void send({ t: "catastrophic", message }).then(endIfIdle);
   },
 });
 
