@@ -50,13 +50,7 @@ const fetches = new Map<number, { resolve: (r: HostFetchResponse) => void; rejec
 /** Compiled code by key: the daemon sends a code once, and later runs of it name it only. */
 const codes = new CompiledCodeCache(config.codeCacheBytes);
 
-const outbox = new MessageBatcher<DaemonMessage>((msg, done) => {
-  try {
-    process.send?.(msg, undefined, {}, () => done());
-  } catch {
-    done();
-  }
-});
+const outbox = new MessageBatcher<DaemonMessage>((msg, done) => process.send?.(msg, undefined, {}, () => done()));
 
 /** Sends a message; resolves once it is handed to the channel (the daemon may be gone: ignored). */
 function send(msg: DaemonMessage): Promise<void> {

@@ -79,7 +79,11 @@ export class MessageBatcher<M extends { t: string }> {
   private queued: M[] = [];
   private sent: (() => void)[] = [];
 
-  /** `write` hands one message to the channel and calls `done` once it has (or never could). */
+  /**
+   * `write` hands one message to the channel (Node's `send(msg, undefined, {}, callback)`) and
+   * calls `done` once it has; a channel that is closed (it throws) counts as done: the process at
+   * its other end is ending, and its exit settles what was owed.
+   */
   constructor(private readonly write: (msg: M | Batch<M>, done: () => void) => void) {}
 
   /** Queues `msg`; resolves once it is handed to the channel. */
@@ -96,9 +100,14 @@ export class MessageBatcher<M extends { t: string }> {
     this.sent = [];
     const first = msgs[0];
     if (first === undefined) return;
-    this.write(msgs.length === 1 ? first : { t: "batch", msgs }, () => {
+    const done = () => {
       for (const resolve of sent) resolve();
-    });
+    };
+    try {
+      this.write(msgs.length === 1 ? first : { t: "batch", msgs }, done);
+    } catch {
+      done();
+    }
   }
 }
 

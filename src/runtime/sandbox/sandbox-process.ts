@@ -64,14 +64,7 @@ export class SandboxProcess {
   retired = false;
   private readonly child: ChildProcess;
   /** Messages to the process, one write per turn of the event loop. */
-  private readonly outbox = new MessageBatcher<HostMessage>((msg, done) => {
-    try {
-      this.child.send(msg, undefined, {}, () => done());
-    } catch {
-      // The channel is closed: the process is ending, and "exit" fails what is pending.
-      done();
-    }
-  });
+  private readonly outbox = new MessageBatcher<HostMessage>((msg, done) => this.child.send(msg, undefined, {}, () => done()));
   private readonly ready: Promise<boolean>;
   private readonly pending = new Map<number, Pending>();
   private readonly fetches = new Map<number, AbortController>();

@@ -6,7 +6,6 @@ import {
   CROSSING_LIMITS,
   DEFAULT_LIMITS,
   type HostFetch,
-  type HttpResponse,
   type InspectResult,
   type ResolvedLimits,
   type RunError,
@@ -100,8 +99,6 @@ export class Sandbox implements SandboxService {
    */
   private readonly deadlines = new Set<RunDeadline>();
   private watchdog: NodeJS.Timeout | undefined;
-  /** Per user isolate: the sources whose warm run outlasted its slice on the thread. */
-  private readonly offThread = new WeakMap<UserIsolate, Set<string>>();
   /** Warm runs entered on the sandbox's own thread, and those of them that outlasted their slice (tests, bench). */
   readonly threadRuns = { entered: 0, sliceSpent: 0 };
 
@@ -171,18 +168,7 @@ export class Sandbox implements SandboxService {
       abortRun = reject;
     });
     ui.stoppers.add(abortRun);
-    // A run stopped at its slice and started over (enterOnThread) answers its HTTP request once:
-    // the first response wins across attempts, as it does within one (HostBridge).
-    let answered = false;
-    const respond = req.onRespond;
-    const onRespond = respond
-      ? (response: HttpResponse) => {
-          if (answered) return;
-          answered = true;
-          respond(response);
-        }
-      : undefined;
-    const bridgeOptions = { limits: this.limits, fetch: this.fetch, db: req.db, onRespond, onFault: abortRun };
+    const bridgeOptions = { limits: this.limits, fetch: this.fetch, db: req.db, onRespond: req.onRespond, onFault: abortRun };
     let bridge = new HostBridge(bridgeOptions);
     const limit: RunDeadline = {
       at: deadline,
@@ -211,11 +197,16 @@ export class Sandbox implements SandboxService {
         entered = this.enterOnThread(ctx, bridge, req, deadline);
         if (entered === SLICE_SPENT) {
           // Nothing of the stopped attempt survives: its context, its fetches and timers go.
-          this.spentSlice(ui, req.sourceId);
+          this.threadRuns.sliceSpent++;
+          ui.offThread.add(req.sourceId);
           this.users.returnContext(ctx, false);
           ctx = undefined;
           bridge.close();
+          const responded = bridge.responded;
           bridge = new HostBridge(bridgeOptions);
+          // An HTTP request the stopped attempt answered stays answered: the first response wins
+          // across attempts, as it does within one (HostBridge.respond).
+          bridge.responded = responded;
           entered = NOT_ENTERED;
         }
       }
@@ -373,16 +364,7 @@ export class Sandbox implements SandboxService {
    * that wait), nor for a source or isolate that outlasted its slices.
    */
   private mayEnterOnThread(ui: UserIsolate, sourceId: string): boolean {
-    if (ui.asyncRuns > 0) return false;
-    const spent = this.offThread.get(ui);
-    return spent === undefined || (spent.size < THREAD_STRIKES && !spent.has(sourceId));
-  }
-
-  private spentSlice(ui: UserIsolate, sourceId: string): void {
-    this.threadRuns.sliceSpent++;
-    const spent = this.offThread.get(ui) ?? new Set<string>();
-    this.offThread.set(ui, spent);
-    spent.add(sourceId);
+    return ui.asyncRuns === 0 && ui.offThread.size < THREAD_STRIKES && !ui.offThread.has(sourceId);
   }
 
   private watch(d: RunDeadline): void {

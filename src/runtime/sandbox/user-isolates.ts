@@ -52,6 +52,8 @@ export interface UserIsolate {
    * isolated-vm's thread pool, and a synchronous entry would block this thread until it is done.
    */
   asyncRuns: number;
+  /** Sources whose run outlasted its slice on the thread (Sandbox.enterOnThread): async from then on. */
+  readonly offThread: Set<string>;
   runs: number;
   lastUsed: number;
   /** How to end each run in progress at once (catastrophic error). */
@@ -449,6 +451,7 @@ export class UserIsolates {
       contexts: 0,
       active: 0,
       asyncRuns: 0,
+      offThread: new Set(),
       runs: 0,
       lastUsed: Date.now(),
       stoppers: new Set(),
