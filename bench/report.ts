@@ -311,8 +311,12 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
   const cu = sb?.coldUser;
   rows.push([
     "6a. Cold first run of a source (trivial component, a new context in its user's isolate)",
-    cs ? `p50 ${fmt(cs.p50, 3)} ms · p99 ${fmt(cs.p99, 3)} ms · ${fmt(cs.cpuUsPerRun)} µs CPU per run (${fmt(cs.count)} sources)` : "not run",
-    cu ? `first run of a new user (a new isolate too): p50 ${fmt(cu.p50, 3)} ms · p99 ${fmt(cu.p99, 3)} ms · ${fmt(cu.cpuUsPerRun)} µs CPU (${fmt(cu.count)} users)` : "—",
+    cs
+      ? `p50 ${fmt(cs.p50, 3)} ms · p99 ${fmt(cs.p99, 3)} ms · ${fmt(cs.cpuUsPerRun)} µs CPU per run (${fmt(cs.count)} sources)`
+      : "not run",
+    cu
+      ? `first run of a new user (a new isolate too): p50 ${fmt(cu.p50, 3)} ms · p99 ${fmt(cu.p99, 3)} ms · ${fmt(cu.cpuUsPerRun)} µs CPU (${fmt(cu.count)} users)`
+      : "—",
     "—",
     "≤ 2 ms p50",
     cs ? (cs.p50 <= 2 ? "✅ met" : "missed") : "—",
