@@ -1,6 +1,7 @@
 import type { Queue } from "bullmq";
 import { type DeliverySelectors, selectorsIdentity } from "../domain/delivery-query.js";
 import type { Logger } from "../observability/logger.js";
+import { RetryLog } from "../observability/retry-log.js";
 import type { AttemptLog } from "../store/attempt-log.js";
 import { normalizeChannel } from "../store/keys.js";
 import type { ReplayRef, ReplayState, ReplayStore } from "../store/replays.js";
@@ -82,11 +83,14 @@ export class ReplayDriver {
   private lastMs: number;
   private readonly tickMs: number;
   private readonly now: () => number;
+  /** A Redis outage fails every tick (five a second): the first failure and a reminder now and then. */
+  private readonly retries: RetryLog;
 
   constructor(private readonly d: ReplayDriverDeps) {
     this.tickMs = d.tickMs ?? 200;
     this.now = d.now ?? Date.now;
     this.lastMs = this.now();
+    this.retries = new RetryLog(d.logger, "bulk replay driver tick failed");
   }
 
   start(): void {
@@ -98,7 +102,10 @@ export class ReplayDriver {
     if (this.stopped) return;
     this.timer = setTimeout(() => {
       this.running = this.tick()
-        .catch((err: unknown) => this.d.logger.warn({ err }, "bulk replay driver tick failed"))
+        .then(
+          () => this.retries.succeeded(),
+          (err: unknown) => this.retries.failed(err),
+        )
         .finally(() => {
           this.running = undefined;
           this.schedule();

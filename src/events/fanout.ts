@@ -6,6 +6,7 @@ import { mayAttemptDirectly } from "../domain/delivery-plan.js";
 import { FilterPredicates } from "../domain/subscription-filter.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
+import { RetryLog } from "../observability/retry-log.js";
 import type { Keys } from "../store/keys.js";
 import type { AckToken } from "../store/replica-ack.js";
 import { FANOUT_GROUP, OutboxStream, type ReadGroup, type StreamEntries } from "../store/outbox-stream.js";
@@ -125,6 +126,7 @@ export class FanoutWorker {
     /** Entries fanned out by the last round, acknowledged in the same write as the next read. */
     let toAck: string[] = [];
     let lastClaim = 0;
+    const retries = new RetryLog(logger, "fan-out loop error; retrying", { level: "error" });
     while (this.running) {
       try {
         if (Date.now() - lastClaim > Math.min(this.d.claimIdleMs, 5000)) {
@@ -150,6 +152,7 @@ export class FanoutWorker {
           toAck = await this.fanOut(entries, "fanout", token);
           if (token !== undefined && toAck.length > 0 && !(await this.replicated(token))) toAck = [];
         }
+        retries.succeeded();
       } catch (err) {
         if (!this.running) break;
         // Redis lost its data (restart without persistence, FLUSHALL): recreate the group.
@@ -157,7 +160,7 @@ export class FanoutWorker {
           await this.ensureGroup().catch(() => {});
           continue;
         }
-        logger.error({ err }, "fan-out loop error; retrying");
+        retries.failed(err);
         await new Promise((r) => setTimeout(r, 500));
       }
     }

@@ -1,5 +1,6 @@
 import type { RedisClient } from "../store/context.js";
 import type { Logger } from "../observability/logger.js";
+import { RetryLog } from "../observability/retry-log.js";
 import { type SourceRunJob, sourceRunJob } from "../queue/catalog.js";
 import type { RunStream, RunStreamEntry } from "../store/run-stream.js";
 import type { RunSlots } from "./run-slots.js";
@@ -65,6 +66,7 @@ export class RunConsumer {
 
   private async run(): Promise<void> {
     const { d } = this;
+    const retries = new RetryLog(d.logger, "source run consumer error; retrying", { level: "error" });
     while (this.running) {
       try {
         const now = Date.now();
@@ -90,13 +92,14 @@ export class RunConsumer {
           continue;
         }
         for (const e of await d.stream.read(d.blocking, d.consumer, room, READ_BLOCK_MS)) this.take(e);
+        retries.succeeded();
       } catch (err) {
         if (!this.running) break;
         if (/NOGROUP/.test((err as Error).message)) {
           await d.stream.ensureGroup().catch(() => {});
           continue;
         }
-        d.logger.error({ err }, "source run consumer error; retrying");
+        retries.failed(err);
         await new Promise((r) => setTimeout(r, 500));
       }
     }

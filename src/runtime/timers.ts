@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { Queue } from "bullmq";
 import type { RedisClient } from "../store/context.js";
 import type { Logger } from "../observability/logger.js";
+import { RetryLog } from "../observability/retry-log.js";
 import type { Keys } from "../store/keys.js";
 import type { SourceRecord, SourceStore } from "../store/sources.js";
 import { type TimerRequest, TimerControlStore } from "../store/timer-control.js";
@@ -81,6 +82,7 @@ export class TimerScheduler {
   }
 
   private async run(): Promise<void> {
+    const retries = new RetryLog(this.d.logger, "scheduler loop error; retrying", { level: "error" });
     while (this.running) {
       try {
         if (!(await this.lead())) {
@@ -90,13 +92,14 @@ export class TimerScheduler {
         // Entries a previous leader read but did not finish.
         await this.handle(await this.control.takeOver(this.owner, 100));
         await this.handle(await this.control.read(this.owner, 100, 1000));
+        retries.succeeded();
       } catch (err) {
         if (!this.running) break;
         if (/NOGROUP/.test((err as Error).message)) {
           await this.ensureGroup().catch(() => {});
           continue;
         }
-        this.d.logger.error({ err }, "scheduler loop error; retrying");
+        retries.failed(err);
         await new Promise((r) => setTimeout(r, 1000));
       }
     }
