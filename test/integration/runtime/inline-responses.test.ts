@@ -117,4 +117,32 @@ describe("inline custom responses", () => {
     expectStatus(next, 200);
     expect(next.text).toBe("released /run-99");
   });
+
+  it("answer from the db state the source's earlier runs saved (read with the request's rates and quota)", async () => {
+    const u = await td.createUser();
+    const s = await createSource(
+      u.api,
+      `module.exports = {
+        name: "Counter",
+        version: "0.0.1",
+        props: { db: "$.service.db", http: { type: "$.interface.http", customResponse: true } },
+        async run(event) {
+          const n = (this.db.get("n") ?? 0) + 1;
+          this.db.set("n", n);
+          this.http.respond({ status: 200, body: String(n) });
+          console.log("run", n);
+        },
+      };`,
+    );
+    const answers: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      // A run saves its db state after answering, before it records its $logs line: the next
+      // request waits for that line.
+      if (i > 0) await waitFor(async () => (await events(u.api, s.id, "$logs")).length === i, { what: `run ${i}'s $logs line` });
+      const res = await anon.post(endpointOf(s), { json: {} });
+      expectStatus(res, 200);
+      answers.push(res.text);
+    }
+    expect(answers).toEqual(["1", "2", "3", "4"]);
+  });
 });
