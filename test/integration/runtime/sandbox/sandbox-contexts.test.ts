@@ -28,6 +28,21 @@ function req(compiledCode: string, userId: string, sourceId: string, extra: Part
   return { compiledCode, userId, sourceId, method: "run", props: {}, db: {}, ...extra };
 }
 
+/** Runs `fn` with `box`, then closes it. */
+async function closing(box: Sandbox, fn: (box: Sandbox) => Promise<void>): Promise<void> {
+  try {
+    await fn(box);
+  } finally {
+    box.close();
+  }
+}
+
+/** Emits `{ok: true}` after computing for `event.spinMs` (a busy loop, no await). */
+const SPINS = `module.exports = { name: "spins", async run(event) {
+  if (event && event.spinMs) { const end = Date.now() + event.spinMs; while (Date.now() < end) {} }
+  this.$emit({ ok: true });
+} };`;
+
 async function emitted(box: Sandbox, r: RunRequest): Promise<unknown[]> {
   const result = await box.run(r);
   expect(result.error).toBeUndefined();
@@ -74,17 +89,14 @@ describe("module state", () => {
     expect(((await emitted(sandbox, req(redeployed, "u_redeploy", "dc_r")))[0] as { n: number }).n).toBe(1);
 
     // One context per isolate at most: a second source evicts the first one's context.
-    const tight = new Sandbox({ memoryMb: 32, timeoutMs: 1000 }, { maxContextsPerIsolate: 1 });
-    try {
+    await closing(new Sandbox({ memoryMb: 32, timeoutMs: 1000 }, { maxContextsPerIsolate: 1 }), async (tight) => {
       expect(((await emitted(tight, req(code, "u_evict", "dc_e1")))[0] as { n: number }).n).toBe(1);
       expect(((await emitted(tight, req(code, "u_evict", "dc_e1")))[0] as { n: number }).n).toBe(2);
       expect(tight.contextCount).toBe(1);
       await emitted(tight, req(code, "u_evict", "dc_e2"));
       expect(tight.contextCount).toBe(1);
       expect(((await emitted(tight, req(code, "u_evict", "dc_e1")))[0] as { n: number }).n).toBe(1);
-    } finally {
-      tight.close();
-    }
+    });
   });
 
   it("releases every context it evicts: many sources through a small cap leave the isolate's memory alone", async () => {
@@ -92,8 +104,7 @@ describe("module state", () => {
     // would keep their megabyte each, and the isolate would hit its memory limit long before the
     // last source; the headroom over the ~5 MB that 4 live contexts hold leaves V8 time to collect
     // released ones on a loaded machine (at 32 MB a late collection failed a run once).
-    const small = new Sandbox({ memoryMb: 64, timeoutMs: 5000 }, { maxContexts: 4 });
-    try {
+    await closing(new Sandbox({ memoryMb: 64, timeoutMs: 5000 }, { maxContexts: 4 }), async (small) => {
       const code = await compiled(
         `const keep = new Array(128 * 1024).fill(0.5); module.exports = { name: "m", async run() { this.$emit(keep.length); } };`,
       );
@@ -104,9 +115,7 @@ describe("module state", () => {
       }
       expect(failures).toEqual([]);
       expect(small.contextCount).toBeLessThanOrEqual(4);
-    } finally {
-      small.close();
-    }
+    });
   }, 60_000);
 });
 
@@ -184,37 +193,33 @@ describe("per-run state", () => {
 
 describe("warm runs on the sandbox's thread", () => {
   it("answers a warm run by synchronous entry, and goes on asynchronously when it awaits a fetch or a timer", async () => {
-    const box = new Sandbox(
-      { memoryMb: 32, timeoutMs: 5000 },
-      { fetch: async (url) => ({ status: 200, headers: {}, body: `got ${url}` }) },
-    );
-    try {
-      const code = await compiled(`let n = 0;
+    await closing(
+      new Sandbox({ memoryMb: 32, timeoutMs: 5000 }, { fetch: async (url) => ({ status: 200, headers: {}, body: `got ${url}` }) }),
+      async (box) => {
+        const code = await compiled(`let n = 0;
         module.exports = { name: "waits", async run(event) {
           n++;
           if (event && event.fetch) this.$emit({ n, body: await (await fetch("https://example.com/x")).text() });
           else if (event && event.timer) { await new Promise((r) => setTimeout(r, 20)); this.$emit({ n, timer: true }); }
           else this.$emit({ n });
         } };`);
-      // The first run evaluates the module (async entry); the next ones are warm.
-      expect(await emitted(box, req(code, "u_thread", "dc_thread"))).toEqual([{ n: 1 }]);
-      const before = box.threadRuns.entered;
-      expect(await emitted(box, req(code, "u_thread", "dc_thread"))).toEqual([{ n: 2 }]);
-      expect(box.threadRuns.entered).toBe(before + 1);
-      expect(await emitted(box, req(code, "u_thread", "dc_thread", { event: { fetch: true } }))).toEqual([
-        { n: 3, body: "got https://example.com/x" },
-      ]);
-      expect(await emitted(box, req(code, "u_thread", "dc_thread", { event: { timer: true } }))).toEqual([{ n: 4, timer: true }]);
-      expect(await emitted(box, req(code, "u_thread", "dc_thread"))).toEqual([{ n: 5 }]);
-      expect(box.threadRuns).toEqual({ entered: before + 4, sliceSpent: 0 });
-    } finally {
-      box.close();
-    }
+        // The first run evaluates the module (async entry); the next ones are warm.
+        expect(await emitted(box, req(code, "u_thread", "dc_thread"))).toEqual([{ n: 1 }]);
+        const before = box.threadRuns.entered;
+        expect(await emitted(box, req(code, "u_thread", "dc_thread"))).toEqual([{ n: 2 }]);
+        expect(box.threadRuns.entered).toBe(before + 1);
+        expect(await emitted(box, req(code, "u_thread", "dc_thread", { event: { fetch: true } }))).toEqual([
+          { n: 3, body: "got https://example.com/x" },
+        ]);
+        expect(await emitted(box, req(code, "u_thread", "dc_thread", { event: { timer: true } }))).toEqual([{ n: 4, timer: true }]);
+        expect(await emitted(box, req(code, "u_thread", "dc_thread"))).toEqual([{ n: 5 }]);
+        expect(box.threadRuns).toEqual({ entered: before + 4, sliceSpent: 0 });
+      },
+    );
   });
 
   it("gives a warm run that computes past its slice its whole time limit, in a fresh context, and keeps its source off the thread", async () => {
-    const box = new Sandbox({ memoryMb: 32, timeoutMs: 20_000 });
-    try {
+    await closing(new Sandbox({ memoryMb: 32, timeoutMs: 20_000 }), async (box) => {
       const code = await compiled(`let n = 0;
         module.exports = { name: "spins", async run(event) {
           n++;
@@ -236,18 +241,12 @@ describe("warm runs on the sandbox's thread", () => {
       expect(await emitted(box, req(code, "u_spin", "dc_spin2"))).toEqual([{ n: 1 }]);
       expect(await emitted(box, req(code, "u_spin", "dc_spin2"))).toEqual([{ n: 2 }]);
       expect(box.threadRuns.entered).toBe(entered + 1);
-    } finally {
-      box.close();
-    }
+    });
   });
 
   it("never enters a user's run on the thread while another run of that user computes on the async path: other users are not held", async () => {
-    const box = new Sandbox({ memoryMb: 32, timeoutMs: 20_000 });
-    try {
-      const code = await compiled(`module.exports = { name: "spins", async run(event) {
-          if (event && event.spinMs) { const end = Date.now() + event.spinMs; while (Date.now() < end) {} }
-          this.$emit({ ok: true });
-        } };`);
+    await closing(new Sandbox({ memoryMb: 32, timeoutMs: 20_000 }), async (box) => {
+      const code = await compiled(SPINS);
       for (const [user, source] of [
         ["u_busy", "dc_fast"],
         ["u_other", "dc_other"],
@@ -275,14 +274,11 @@ describe("warm runs on the sandbox's thread", () => {
       for (const r of await Promise.all([slow, sameUser, other])) expect(r.error).toBeUndefined();
       expect(finished[0]).toBe("other user");
       expect(finished).toContain("same user");
-    } finally {
-      box.close();
-    }
+    });
   });
 
   it("answers an HTTP request once when a warm run that responded computes past its slice and starts over", async () => {
-    const box = new Sandbox({ memoryMb: 32, timeoutMs: 20_000 });
-    try {
+    await closing(new Sandbox({ memoryMb: 32, timeoutMs: 20_000 }), async (box) => {
       const code = await compiled(`let n = 0;
         module.exports = { name: "responds", props: { http: { type: "$.interface.http", customResponse: true } }, async run(event) {
           n++;
@@ -306,18 +302,12 @@ describe("warm runs on the sandbox's thread", () => {
       expect(spun.emits.map((e) => e.event)).toEqual([{ n: 1 }]);
       expect(box.threadRuns.sliceSpent).toBe(1);
       expect(answers).toEqual(["attempt 1", "attempt 2", "attempt 3"]);
-    } finally {
-      box.close();
-    }
+    });
   });
 
   it("takes a user's runs off the thread for good once three of its sources outlasted their slice", async () => {
-    const box = new Sandbox({ memoryMb: 32, timeoutMs: 20_000 });
-    try {
-      const code = await compiled(`module.exports = { name: "spins", async run(event) {
-          if (event && event.spinMs) { const end = Date.now() + event.spinMs; while (Date.now() < end) {} }
-          this.$emit({ ok: true });
-        } };`);
+    await closing(new Sandbox({ memoryMb: 32, timeoutMs: 20_000 }), async (box) => {
+      const code = await compiled(SPINS);
       for (const source of ["dc_s1", "dc_s2", "dc_s3"]) {
         await emitted(box, req(code, "u_strikes", source));
         expect(await emitted(box, req(code, "u_strikes", source, { event: { spinMs: 120 } }))).toEqual([{ ok: true }]);
@@ -331,16 +321,13 @@ describe("warm runs on the sandbox's thread", () => {
       await emitted(box, req(code, "u_clean", "dc_c"));
       await emitted(box, req(code, "u_clean", "dc_c"));
       expect(box.threadRuns.entered).toBe(entered + 1);
-    } finally {
-      box.close();
-    }
+    });
   });
 });
 
 describe("containment", () => {
   it("discards a timed-out run's context, keeps what it did, and leaves other users alone", async () => {
-    const box = new Sandbox({ memoryMb: 32, timeoutMs: 300 });
-    try {
+    await closing(new Sandbox({ memoryMb: 32, timeoutMs: 300 }), async (box) => {
       const code = await compiled(`let n = 0;
         module.exports = { name: "loop", async run(event) {
           n++;
@@ -361,14 +348,11 @@ describe("containment", () => {
       expect(await emitted(box, req(code, "u_loop", "dc_loop"))).toEqual([{ n: 1 }]);
       // The other user's context was not touched.
       expect(((await emitted(box, req(other, "u_bystander", "dc_by")))[0] as { n: number }).n).toBe(2);
-    } finally {
-      box.close();
-    }
+    });
   });
 
   it("discards the context of a run that timed out waiting, and of a loop in a timer callback", async () => {
-    const box = new Sandbox({ memoryMb: 32, timeoutMs: 300 });
-    try {
+    await closing(new Sandbox({ memoryMb: 32, timeoutMs: 300 }), async (box) => {
       const code = await compiled(`let n = 0;
         module.exports = { name: "wait", async run(event) {
           n++;
@@ -385,14 +369,11 @@ describe("containment", () => {
       const looped = await box.run(req(code, "u_wait", "dc_wait", { event: "timer" }));
       expect(looped.error?.code).toBe("TIMEOUT");
       expect(await emitted(box, req(code, "u_wait", "dc_wait"))).toEqual([{ n: 1 }]);
-    } finally {
-      box.close();
-    }
+    });
   });
 
   it("costs a memory hog only its own user's isolate", async () => {
-    const box = new Sandbox({ memoryMb: 32, timeoutMs: 10_000 });
-    try {
+    await closing(new Sandbox({ memoryMb: 32, timeoutMs: 10_000 }), async (box) => {
       const counter = await compiled(COUNTER);
       const hog = await compiled(
         `module.exports = { name: "hog", async run() { const a = []; while (true) a.push("x".repeat(1000) + a.length); } };`,
@@ -403,16 +384,13 @@ describe("containment", () => {
       // The hog's user lost their isolate (their other source starts over); the other user did not.
       expect(((await emitted(box, req(counter, "u_hog", "dc_h")))[0] as { n: number }).n).toBe(1);
       expect(((await emitted(box, req(counter, "u_victim", "dc_v")))[0] as { n: number }).n).toBe(2);
-    } finally {
-      box.close();
-    }
+    });
   }, 30_000);
 });
 
 describe("containment on the thread", () => {
   it("costs a warm run's memory hog only its own user's isolate, and the prelude's built-ins stay the guest's", async () => {
-    const box = new Sandbox({ memoryMb: 32, timeoutMs: 10_000 });
-    try {
+    await closing(new Sandbox({ memoryMb: 32, timeoutMs: 10_000 }), async (box) => {
       const counter = await compiled(COUNTER);
       const code = await compiled(`module.exports = { name: "hog later", async run(event) {
           if (event && event.hog) { const a = []; while (true) a.push("x".repeat(1000) + a.length); }
@@ -426,9 +404,7 @@ describe("containment on the thread", () => {
       // The hog's user starts over in a new isolate; the other user's module state is intact.
       expect(await emitted(box, req(code, "u_hog2", "dc_h"))).toEqual([{ ok: true }]);
       expect(((await emitted(box, req(counter, "u_victim2", "dc_v")))[0] as { n: number }).n).toBe(2);
-    } finally {
-      box.close();
-    }
+    });
   }, 30_000);
 });
 
