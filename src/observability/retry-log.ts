@@ -4,11 +4,12 @@ import type { Logger } from "./logger.js";
 export const RETRY_LOG_EVERY_MS = 30_000;
 
 /**
- * The log of a loop that retries on failure (fan-out, run consumer, scheduler, replay driver, live
- * tail). A Redis outage makes every such loop fail at its own cadence (some several times a
- * second), which buried the one line that mattered. This writes the first failure of a streak at
- * the loop's level, then at most one "still failing" line every `everyMs` with the number of
- * failures since the last line, and one info line when the loop works again (how long it failed).
+ * The log of a loop that retries on failure (fan-out, run consumer, scheduler, replay driver; the
+ * live tail keeps its own throttle). A Redis outage makes every such loop fail at its own cadence
+ * (some several times a second), which buried the one line that mattered. This writes the first
+ * failure of a streak at the loop's level, then at most one "still failing" line every `everyMs`
+ * with the number of failures since the last line (a different error inside a streak shows only in
+ * those lines), and one info line when the loop works again (how long it failed).
  */
 export class RetryLog {
   private failures = 0;
