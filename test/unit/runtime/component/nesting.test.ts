@@ -6,6 +6,7 @@ describe("bracketDepth", () => {
     expect(bracketDepth("")).toBe(0);
     expect(bracketDepth("a + b")).toBe(0);
     expect(bracketDepth("f(a[0], { b: [1] })")).toBe(3);
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: component source text with a template literal in it
     expect(bracketDepth("`x ${ f(`y ${ [z] }`) } w`")).toBe(4);
     expect(bracketDepth("module.exports = { run() { return [[[1]]]; } };")).toBe(5);
   });
@@ -19,7 +20,9 @@ describe("bracketDepth", () => {
   });
 
   it("tells a template's closing brace from a block's", () => {
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: component source text with a template literal in it
     expect(bracketDepth("`${a}` + { b: `${ {c: 1} }` }")).toBe(3);
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: component source text with a template literal in it
     expect(bracketDepth("`a${1}b${[2]}c` / 2")).toBe(2);
   });
 
