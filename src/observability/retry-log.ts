@@ -25,19 +25,19 @@ export class RetryLog {
   ) {}
 
   /** A round failed with `err`. */
-  failed(err: unknown, fields: Record<string, unknown> = {}): void {
+  failed(err: unknown): void {
     const now = (this.opts.now ?? Date.now)();
     const level = this.opts.level ?? "warn";
     this.failures++;
     if (this.failures === 1) {
       this.since = now;
       this.lastLine = now;
-      this.logger[level]({ ...fields, err }, this.message);
+      this.logger[level]({ err }, this.message);
       return;
     }
     this.unlogged++;
     if (now - this.lastLine < (this.opts.everyMs ?? RETRY_LOG_EVERY_MS)) return;
-    this.logger[level]({ ...fields, err, failures: this.unlogged, failingForMs: now - this.since }, `${this.message} (still failing)`);
+    this.logger[level]({ err, failures: this.unlogged, failingForMs: now - this.since }, `${this.message} (still failing)`);
     this.unlogged = 0;
     this.lastLine = now;
   }

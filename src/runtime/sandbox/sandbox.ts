@@ -189,6 +189,11 @@ export class Sandbox implements SandboxService {
     let reusable = false;
     // Counted in ui.asyncRuns while it is (see mayEnterOnThread).
     let onAsyncPath = false;
+    const goAsync = () => {
+      if (onAsyncPath) return;
+      ui.asyncRuns++;
+      onAsyncPath = true;
+    };
     try {
       // A warm run is entered synchronously: it costs a fraction of an async entry, and a run that
       // awaits a fetch or a timer goes on asynchronously.
@@ -211,10 +216,7 @@ export class Sandbox implements SandboxService {
         }
       }
       // From here on, a run that was not answered on the thread is an async run of its isolate.
-      if (entered === NOT_ENTERED || entered instanceof Promise) {
-        ui.asyncRuns++;
-        onAsyncPath = true;
-      }
+      if (entered === NOT_ENTERED || entered instanceof Promise) goAsync();
       if (entered instanceof Promise) {
         entered.then(finish, abortRun);
       } else if (entered !== NOT_ENTERED) {
@@ -231,10 +233,8 @@ export class Sandbox implements SandboxService {
       reusable = out !== undefined && out.discard !== true;
     } catch (err) {
       error = this.classify(err, ui, timedOut);
-      if (!onAsyncPath) {
-        ui.asyncRuns++;
-        onAsyncPath = true;
-      }
+      // Collecting what the run did below is async too.
+      goAsync();
       // What the run did so far is in its context: asked for, if the isolate still answers. If
       // it does not (a loop in a timer callback), it is disposed: only its user's runs are in it.
       if (!ui.isolate.isDisposed && error.code !== "SANDBOX_CLOSED") {
