@@ -7,6 +7,8 @@ import { type Cost, startMeter } from "./meter.js";
 import type { Receiver } from "./receiver.js";
 
 const TSX = ["--import", "tsx"];
+/** BENCH_CPU_PROF=<dir> profiles the Koa baselines too (one V8 CPU profile per child, written on exit). */
+const PROF = process.env.BENCH_CPU_PROF ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_CPU_PROF] : [];
 
 /** (a) A bare Koa app in its own process, loaded exactly like the single-emit ingest. */
 export async function koaBaseline(opts: {
@@ -39,7 +41,7 @@ async function closedLoopBaseline(
   redisPid: number | undefined,
   opts: { durationS: number; warmupS: number; connections: number },
 ): Promise<ClosedLoopResult & { cost: Cost }> {
-  const child = spawnNode(`${mode}-baseline`, TSX, "bench/baseline-child.ts", [mode], env);
+  const child = spawnNode(`${mode}-baseline`, [...TSX, ...PROF], "bench/baseline-child.ts", [mode], env);
   try {
     const m = await child.waitForLine(/^READY (\d+)/, 30_000);
     const url = `http://127.0.0.1:${m[1]}/v1/workflows/p_bench/events`;
