@@ -11,6 +11,7 @@ import { Redis } from "ioredis";
 import { FANOUT_GROUP } from "../src/events/fanout.js";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { createKeys, type Keys } from "../src/store/keys.js";
+import { RunStream } from "../src/store/run-stream.js";
 import { outboxLength } from "../src/store/outbox-stream.js";
 import { apiData, buildDaemon, type DaemonProcess, type Deployment, startDaemonProcess, startDeployment } from "./daemon-process.js";
 import { smallEvent } from "./load.js";
@@ -216,8 +217,7 @@ export async function buildContext(o: ContextOptions): Promise<BenchContext> {
         key: ctx.key,
         redis,
         queuePrefix: keys.queuePrefix,
-        runStream: keys.runStream(),
-        runParked: keys.runParked(),
+        queuedRuns: async () => (await new RunStream(redis, keys, 1).stats()).length,
         metricsSeeWorker: !o.split && dm.hasWorker,
         connections: S.connections,
         durationS: S.runtime.durationS,

@@ -130,10 +130,8 @@ export interface RuntimeContext {
   readonly redis: Redis;
   /** BullMQ prefix of a queue (each queue has its own tag). */
   readonly queuePrefix: Keys["queuePrefix"];
-  /** The run stream's key: queued runs not yet settled. */
-  readonly runStream: string;
-  /** The hash of runs parked until their user has room in the run stream. */
-  readonly runParked: string;
+  /** Queued runs not yet settled: entries of the run streams (read or not) and parked runs. */
+  readonly queuedRuns: () => Promise<number>;
   /** Whether /metrics at `url` is the worker's too (one daemon process), so it counts runs. */
   readonly metricsSeeWorker: boolean;
   readonly connections: number;
@@ -192,7 +190,7 @@ export interface SourceHttpResult {
 export async function sourceHttpPhase(c: RuntimeContext, drainDeadlineMs: number, concurrency: number): Promise<SourceHttpResult> {
   const queue = new Queue(QUEUES.sourceRun, { connection: c.redis, prefix: c.queuePrefix("source-run") });
   const source = await createSource(c, "bench-http", QUEUED_COMPONENT);
-  const queuedRuns = async () => (await c.redis.xlen(c.runStream)) + (await c.redis.hlen(c.runParked));
+  const queuedRuns = c.queuedRuns;
   try {
     const url = endpointOf(source);
     const body = JSON.stringify(smallEvent(1));

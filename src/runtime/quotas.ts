@@ -1,6 +1,6 @@
 import type { RedisClient } from "../store/context.js";
 import type { Keys } from "../store/keys.js";
-import { UsageCounters } from "../store/usage.js";
+import { type DailyLimits, type QuotaReached, UsageCounters } from "../store/usage.js";
 import type { Plan } from "../store/users.js";
 
 /** Where the quota check reads a user's plan (a UserStore, or the source cache in front of one). */
@@ -10,6 +10,16 @@ export interface UserPlans {
 }
 
 export type QuotaVerdict = { ok: true; plan: "free" | "paid" } | { ok: false; reason: string; retryAfterSeconds: number };
+
+/**
+ * What a step that checks the quota inside Redis needs (a queued request's accept script): the
+ * verdict already, for a paid or missing user, or a free user's day counters and limits.
+ */
+export type QuotaGate = { decided: QuotaVerdict } | { usageKey: string; invocations: number; computeMs: number };
+
+const MISSING: QuotaVerdict = { ok: false, reason: "user no longer exists", retryAfterSeconds: 3600 };
+const PAID: QuotaVerdict = { ok: true, plan: "paid" };
+const FREE: QuotaVerdict = { ok: true, plan: "free" };
 
 /**
  * Free users' daily invocations and compute time (ms of sandbox time), reset at 00:00 UTC; paid
@@ -36,24 +46,40 @@ export class Quotas {
 
   async check(userId: string): Promise<QuotaVerdict> {
     const plan = await this.users.plan(userId);
-    if (!plan) return { ok: false, reason: "user no longer exists", retryAfterSeconds: 3600 };
-    if (plan === "paid") return { ok: true, plan: "paid" };
-    const { invocations, computeMs } = await this.usage.today(userId, this.now());
-    if (invocations >= this.limits.dailyInvocations) {
+    if (!plan) return MISSING;
+    if (plan === "paid") return PAID;
+    return this.verdict(await this.usage.reached(userId, this.now(), this.daily()));
+  }
+
+  /** The quota as a script checks it (store/scripts/quota-gate.ts), for `verdict` to read its answer. */
+  async gate(userId: string): Promise<QuotaGate> {
+    const plan = await this.users.plan(userId);
+    if (!plan) return { decided: MISSING };
+    if (plan === "paid") return { decided: PAID };
+    return { usageKey: this.usage.dayKey(userId, this.now()), ...this.daily() };
+  }
+
+  /** The verdict for what the quota gate found (0: under both limits). */
+  verdict(reached: QuotaReached): QuotaVerdict {
+    if (reached === 1) {
       return {
         ok: false,
         reason: `daily invocations quota (${this.limits.dailyInvocations}) reached`,
         retryAfterSeconds: this.secondsToMidnight(),
       };
     }
-    if (computeMs >= this.limits.dailyComputeMs) {
+    if (reached === 2) {
       return {
         ok: false,
         reason: `daily compute time quota (${this.limits.dailyComputeMs} ms) reached`,
         retryAfterSeconds: this.secondsToMidnight(),
       };
     }
-    return { ok: true, plan: "free" };
+    return FREE;
+  }
+
+  private daily(): DailyLimits {
+    return { invocations: this.limits.dailyInvocations, computeMs: this.limits.dailyComputeMs };
   }
 
   /** Counts one run and its sandbox time. */

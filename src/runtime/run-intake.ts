@@ -1,5 +1,5 @@
 import type { SourceRunJob } from "../queue/catalog.js";
-import type { RunStream, RunStreamStatus } from "../store/run-stream.js";
+import type { RequestAcceptance, RequestGate, RunStream, RunStreamStatus } from "../store/run-stream.js";
 
 /** A source run to make durable; `id` (fan-out, timer ticks) makes a redo add nothing twice. */
 export interface RunToAdd {
@@ -19,6 +19,14 @@ export class SourceRunIntake {
   async add(run: RunToAdd): Promise<RunStreamStatus> {
     const [status] = await this.addAll([run]);
     return status ?? "added";
+  }
+
+  /**
+   * An HTTP request's run, added only once the request passed `gate` (its rates and quota), in the
+   * same atomic step (store/scripts/source-request-accept.ts): one round trip.
+   */
+  accept(data: SourceRunJob, gate: RequestGate): Promise<RequestAcceptance> {
+    return this.stream.accept(data.userId, JSON.stringify(data), gate);
   }
 
   /** Runs of several users at once (a fan-out batch), in one atomic step; returns what became of each. */

@@ -55,11 +55,15 @@ export interface IngressGate {
   refused(waitMs: number): Error;
 }
 
-/** A request's quota verdict once admitted: handed to `take`, so an inline run does not check it again. */
+/** A request's quota verdict once admitted: handed to the inline run, so it does not check it again. */
 export type Admitted = Extract<QuotaVerdict, { ok: true }>;
 
 /** Sends a component's custom answer; `sent: false` when it may not be sent (domain/custom-response.ts). */
 export type SendResponse = (r: HttpResponse) => { sent: true } | { sent: false; problem: string };
+
+function quotaRefusal(verdict: Extract<QuotaVerdict, { ok: false }>): Error {
+  return new TooManyRequestsError(verdict.reason, verdict.retryAfterSeconds, "quota_exceeded");
+}
 
 class InFlight {
   private readonly counts = new Map<string, number>();
@@ -75,8 +79,8 @@ class InFlight {
 
 /**
  * Requests to HTTP source endpoints, as the runtime sees them (SPEC §5): locate (token), authorize
- * (inbound verification, SPEC §12), admit (rates, quota), then make the event durable as a queued
- * run (run-intake.ts), or run it now and hand its first
+ * (inbound verification, SPEC §12), then accept: admit (rates, quota) and make the event durable as
+ * a queued run (run-intake.ts) in one step, or admit, run it now and hand its first
  * `this.http.respond()` to the caller. The HTTP side lives in api/routes/source-endpoints.ts.
  */
 export class SourceRequests {
@@ -100,7 +104,7 @@ export class SourceRequests {
 
   /**
    * Checks a request against the source's inbound verification (SPEC §12), on its exact body
-   * bytes: a 401 naming the problem when it fails. Called before `admit`, so a forged request
+   * bytes: a 401 naming the problem when it fails. Called before `accept`, so a forged request
    * spends neither the source's rate nor its user's quota (docs/decisions.md).
    */
   authorize(source: SourceRecord, request: InboundRequest): void {
@@ -110,50 +114,73 @@ export class SourceRequests {
   }
 
   /**
-   * Admits one more request to `source` once its rate, its user's ingress rate and quota allow;
-   * returns the quota verdict (for `take`). Both rates are taken in one step, the source's first
-   * (store/scripts/source-request-rate.ts), and the quota is read in the same round trip (a
-   * refused request wastes that read, nothing else).
+   * Takes a located and authorized request. Without a custom response its run is made durable
+   * (run-intake.ts: the run stream) in the same step that takes the source's rate, its user's
+   * ingress rate and checks the quota ("queued": the caller answers 200 at once); with one, the
+   * request is admitted, then the source runs now and its first `this.http.respond()` goes to `send`
+   * ("answered"). A refused request throws the error to answer with (429).
    */
-  async admit(source: SourceRecord): Promise<Admitted> {
-    const d = this.d;
-    const charge = d.ingress?.charge(source.user_id, 1);
-    const [rates, quota] = await Promise.all([
-      d.limiter.takeThen(d.keys.sourceRate(source.user_id, source.id), charge),
-      d.quotas.check(source.user_id),
-    ]);
-    if (rates.wait > 0) throw new TooManyRequestsError("this endpoint is receiving too many requests", rates.wait / 1000);
-    if (rates.chargeWait > 0 && d.ingress) throw d.ingress.refused(rates.chargeWait);
-    if (!quota.ok) throw new TooManyRequestsError(quota.reason, quota.retryAfterSeconds, "quota_exceeded");
-    return quota;
-  }
-
-  /**
-   * Takes an admitted request's event. Without a custom response it is made durable as a queued
-   * run (run-intake.ts: the run stream; "queued": the caller answers 200 at once); with one, the source runs now and
-   * its first `this.http.respond()` goes to `send` ("answered"), or the call throws the error to
-   * answer with.
-   */
-  async take(source: SourceRecord, event: HttpEvent, send: SendResponse, admitted?: Admitted): Promise<"queued" | "answered"> {
+  async accept(source: SourceRecord, event: HttpEvent, send: SendResponse): Promise<"queued" | "answered"> {
     const component = await this.d.records.component(source.user_id, source.component_id);
     const httpProp = component.configurable_props.find((p) => p.name === source.http_prop);
     if (!httpProp?.customResponse) {
       await this.enqueue(source, event);
       return "queued";
     }
+    const admitted = await this.admit(source);
     await this.respond(source, component, event, send, admitted);
     return "answered";
   }
 
+  /**
+   * Admits one more request to `source` once its rate, its user's ingress rate and quota allow;
+   * returns the quota verdict (for the run). Both rates are taken in one step, the source's first
+   * (store/scripts/source-request-rate.ts), and the quota is read in the same round trip (a
+   * refused request wastes that read, nothing else).
+   */
+  private async admit(source: SourceRecord): Promise<Admitted> {
+    const d = this.d;
+    const charge = d.ingress?.charge(source.user_id, 1);
+    const [rates, quota] = await Promise.all([
+      d.limiter.takeThen(d.keys.sourceRate(source.user_id, source.id), charge),
+      d.quotas.check(source.user_id),
+    ]);
+    if (rates.wait > 0) throw this.rateRefusal(rates.wait);
+    if (rates.chargeWait > 0 && d.ingress) throw d.ingress.refused(rates.chargeWait);
+    if (!quota.ok) throw quotaRefusal(quota);
+    return quota;
+  }
+
+  private rateRefusal(waitMs: number): Error {
+    return new TooManyRequestsError("this endpoint is receiving too many requests", waitMs / 1000);
+  }
+
+  /** A queued request: its rates, quota and run in one step (store/scripts/source-request-accept.ts). */
   private async enqueue(source: SourceRecord, event: HttpEvent): Promise<void> {
+    const d = this.d;
+    const userId = source.user_id;
+    const charge = d.ingress?.charge(userId, 1);
+    const quota = await d.quotas.gate(userId);
+    if ("decided" in quota && !quota.decided.ok) throw quotaRefusal(quota.decided);
     const job: SourceRunJob = {
       kind: "http",
-      userId: source.user_id,
+      userId,
       sourceId: source.id,
       request: { method: event.method, path: event.path, query: event.query, headers: event.headers, bodyRaw: event.bodyRaw },
-      acceptedAtMs: this.d.now(),
+      acceptedAtMs: d.now(),
     };
-    await this.d.runs.add({ data: job });
+    const taken = await d.runs.accept(job, {
+      rate: d.limiter.gate(d.keys.sourceRate(userId, source.id)),
+      ...(charge ? { charge } : {}),
+      ...("usageKey" in quota ? { quota } : {}),
+    });
+    if (taken.admitted) return;
+    if (taken.rateWait > 0) throw this.rateRefusal(taken.rateWait);
+    if (taken.chargeWait > 0 && d.ingress) throw d.ingress.refused(taken.chargeWait);
+    const verdict = d.quotas.verdict(taken.quota);
+    if (!verdict.ok) throw quotaRefusal(verdict);
+    // Not reached: the script adds the run unless a gate refused. Never answer 200 for a run not added.
+    throw new UnavailableError("the request could not be queued; retry shortly", 1);
   }
 
   /** Runs the source now and sends its first respond(); a run that never responds is a clear error. */

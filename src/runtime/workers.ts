@@ -6,6 +6,12 @@ import { QUEUES, type SourceRunJob, sourceRunJob, timerJob } from "../queue/cata
 import { WORKER_RECOVERY } from "../queue/worker-options.js";
 import type { RunBacklog } from "../store/run-backlog.js";
 import type { RunStream } from "../store/run-stream.js";
+
+/** Where a consumer's blocking reads of the run streams go (store/run-stream.ts). */
+export interface RunReads {
+  readonly blocking: RedisClient;
+  readonly open?: (name: string) => RedisClient;
+}
 import { parseBody } from "./http-request.js";
 import { RunConsumer } from "./run-consumer.js";
 import type { SourceRunIntake } from "./run-intake.js";
@@ -48,9 +54,10 @@ export class RuntimeWorkers {
     backlog: RunBacklog;
     /** Where timer ticks' runs go (the run stream). */
     intake: SourceRunIntake;
-    stream: RunStream;
-    /** A dedicated connection for the run stream's blocking reads (closed with the workers). */
-    blocking: RedisClient;
+    /** The run streams as this process's consumer reads them (their read groups block on `reads`). */
+    stream: (reads: RunReads) => RunStream;
+    /** A dedicated connection for the run streams' blocking reads (closed with the workers) and, on a cluster, how to open more. */
+    reads: RunReads;
     /** This process's consumer name in the run stream's group. */
     consumer: string;
     /** Stream entries idle this long are taken over from a dead consumer. */
@@ -84,8 +91,8 @@ export class RuntimeWorkers {
       }
     };
     this.consumer = new RunConsumer({
-      stream: d.stream,
-      blocking: d.blocking,
+      stream: d.stream(d.reads),
+      blocking: d.reads.blocking,
       consumer: d.consumer,
       slots,
       claimIdleMs: d.claimIdleMs,

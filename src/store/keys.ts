@@ -175,15 +175,29 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
     replaysQueueing: () => `${g}:replays`,
     /** string: the lock of the one process that drives bulk replays */
     replayLease: () => `${g}:replays:lease`,
-    /** stream: source runs accepted and not yet settled, read by run consumers through a group (store/run-stream.ts) */
-    runStream: () => `${g}:runs`,
-    /** hash: user id -> that user's entries in the run stream (at most SOURCE_RUN_STREAM_PER_USER; past it runs are parked) */
-    runStreamCounts: () => `${g}:runs:counts`,
-    /** hash: "<user id> <seq>" -> job JSON of a run parked until its user has room in the run stream */
-    runParked: () => `${g}:runs:parked`,
+    /**
+     * stream: shard `shard`'s source runs accepted and not yet settled, in its users' slot (an HTTP
+     * source request admits and adds its run in one script), read by run consumers through a group
+     * (store/run-stream.ts)
+     */
+    shardRuns: (shard: number) => `${shardKey(shard)}:runs`,
+    /** hash: user id -> that user's entries in its shard's run stream (at most SOURCE_RUN_STREAM_PER_USER; past it runs are parked) */
+    shardRunCounts: (shard: number) => `${shardKey(shard)}:runs:counts`,
+    /** hash: "<user id> <seq>" -> job JSON of a run parked until its user has room in its shard's run stream */
+    shardRunParked: (shard: number) => `${shardKey(shard)}:runs:parked`,
     /** hash: "h <user id>" / "t <user id>" -> seq of the user's first parked run - 1 / of its last */
-    runParkedEnds: () => `${g}:runs:parked:ends`,
-    /** zset: ids of runs put in the run stream (fan-out, timer ticks) -> expiry ms: a redo adds none twice */
-    runStreamOnce: () => `${g}:runs:once`,
+    shardRunParkedEnds: (shard: number) => `${shardKey(shard)}:runs:parked:ends`,
+    /** zset: ids of runs put in the shard's run stream (fan-out, timer ticks) -> expiry ms: a redo adds none twice */
+    shardRunOnce: (shard: number) => `${shardKey(shard)}:runs:once`,
+    /** Until the run streams were sharded: the one run stream under the global tag (store/run-stream.ts adopts what it holds) */
+    legacyRunStream: () => `${g}:runs`,
+    /** ... its per-user counts */
+    legacyRunStreamCounts: () => `${g}:runs:counts`,
+    /** ... its parked runs */
+    legacyRunParked: () => `${g}:runs:parked`,
+    /** ... its parked runs' ends */
+    legacyRunParkedEnds: () => `${g}:runs:parked:ends`,
+    /** ... its ids of runs taken */
+    legacyRunStreamOnce: () => `${g}:runs:once`,
   };
 }

@@ -22,6 +22,11 @@ export class RateLimiter {
     this.withCharge = defineScript(redis, SOURCE_REQUEST_RATE);
   }
 
+  /** The bucket in `key` as a step that takes its token inside another script sees it (store/run-stream.ts `RequestGate`). */
+  gate(key: string): { key: string; perSecond: number; burst: number } {
+    return { key, perSecond: this.ratePerSecond, burst: this.burst };
+  }
+
   /** Takes `cost` tokens: 0 when the request may go ahead, else the wait in ms (nothing taken). */
   async take(key: string, cost = 1): Promise<number> {
     return Number(await this.bucket([key], [this.ratePerSecond, this.burst, this.now(), cost]));

@@ -2,7 +2,17 @@ import type { RedisClient } from "./context.js";
 import { billingPeriod, utcDay } from "../domain/billing-period.js";
 import type { Keys } from "./keys.js";
 import { defineScript, type ScriptCall } from "./script.js";
+import { QUOTA_CHECK } from "./scripts/quota-gate.js";
 import { USAGE_COUNT } from "./scripts/usage-count.js";
+
+/** A free user's daily limits (runtime/quotas.ts). */
+export interface DailyLimits {
+  readonly invocations: number;
+  readonly computeMs: number;
+}
+
+/** What the quota check finds: under both limits (0), the invocations reached (1), the compute time reached (2). */
+export type QuotaReached = 0 | 1 | 2;
 
 /**
  * Usage counters of source runs (SPEC §5): per UTC day for free users (invocations and compute ms,
@@ -11,12 +21,25 @@ import { USAGE_COUNT } from "./scripts/usage-count.js";
  */
 export class UsageCounters {
   private readonly count: ScriptCall;
+  private readonly check: ScriptCall;
 
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
   ) {
     this.count = defineScript(redis, USAGE_COUNT);
+    this.check = defineScript(redis, QUOTA_CHECK);
+  }
+
+  /** The hash of a user's counters of the day at `nowMs` (`quota` reads it; a request's accept script too). */
+  dayKey(userId: string, nowMs: number): string {
+    return this.keys.usage(userId, utcDay(nowMs));
+  }
+
+  /** Which of a free user's daily limits the day's counters reached (store/scripts/quota-gate.ts). */
+  async reached(userId: string, nowMs: number, limits: DailyLimits): Promise<QuotaReached> {
+    const n = Number(await this.check([this.dayKey(userId, nowMs)], [limits.invocations, limits.computeMs]));
+    return n === 1 || n === 2 ? n : 0;
   }
 
   /** The day's counters at `nowMs`. */

@@ -112,8 +112,7 @@ export function sourceEndpoints(requests: SourceRequests, opts: SourceEndpointOp
       const body = await readBody(ctx.req, opts.bodyLimitBytes);
       const headers = lowerCaseHeaders(ctx.req.headers);
       requests.authorize(source, { headers, body });
-      const admitted = await requests.admit(source);
-      const taken = await requests.take(source, buildEvent(ctx, subPath, headers, body), sender(ctx, opts.logger, source.id), admitted);
+      const taken = await requests.accept(source, buildEvent(ctx, subPath, headers, body), sender(ctx, opts.logger, source.id));
       if (taken === "queued") {
         ctx.status = 200;
         ctx.body = { success: true };

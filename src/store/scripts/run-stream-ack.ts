@@ -1,11 +1,11 @@
 import { script, type ScriptDef } from "../script.js";
 
 /**
- * Settles runs of the run stream (store/run-stream.ts): acknowledges and deletes each entry and,
+ * Settles runs of one shard's run stream (store/run-stream.ts): acknowledges and deletes each entry and,
  * in its user's place, moves the user's oldest parked run into the stream (else takes the entry
  * off the user's count; the field goes at 0). An entry no longer pending (acknowledged already by
  * a consumer that took it over) changes nothing, so a count never goes below what is in the stream.
- * KEYS[1] run stream, KEYS[2] per-user counts (hash), KEYS[3] parked runs (hash "<user> <seq>" -> job),
+ * KEYS[1] the shard's run stream, KEYS[2] its per-user counts (hash), KEYS[3] its parked runs (hash "<user> <seq>" -> job),
  * KEYS[4] parked ends (hash "h <user>"/"t <user>" -> seq). ARGV[1] group; then per run: entry id, user id.
  * Returns how many entries were acknowledged.
  */

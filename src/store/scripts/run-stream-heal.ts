@@ -1,12 +1,12 @@
 import { script, type ScriptDef } from "../script.js";
 
 /**
- * Heals the run stream's per-user counts once the stream is empty (store/run-stream.ts): with no
+ * Heals a shard's run stream's per-user counts once the stream is empty (store/run-stream.ts): with no
  * entry in it no run can be in flight, so every count left is drift (entries deleted from outside
  * the ack script: an operator's XDEL, a partial restore). Clears the counts and moves up to ARGV[1]
  * parked runs of each user with parked runs into the stream, oldest first, as if their share had
  * just freed. Does nothing while the stream holds an entry.
- * KEYS[1] run stream, KEYS[2] per-user counts (hash), KEYS[3] parked runs (hash "<user> <seq>" -> job),
+ * KEYS[1] the shard's run stream, KEYS[2] its per-user counts (hash), KEYS[3] its parked runs (hash "<user> <seq>" -> job),
  * KEYS[4] parked ends (hash "h <user>"/"t <user>" -> seq). ARGV[1] entries per user at most.
  * Returns how many parked runs were moved in (-1: the stream was not empty).
  */

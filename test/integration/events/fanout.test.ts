@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { deliveryIdFor } from "../../../src/domain/ids.js";
 import { FANOUT_GROUP } from "../../../src/events/fanout.js";
 import { type AckToken, ReplicaAck } from "../../../src/store/replica-ack.js";
+import { runStreamLength } from "../../../src/store/run-stream.js";
 import { waitFor } from "../../helpers/receiver.js";
 import {
   createGroup,
@@ -55,7 +56,7 @@ describe("fan-out redo", () => {
     const expectedDeliveries = ids.map((eventId) => deliveryIdFor({ userId, emitterId: emitter, channel: "", eventId }, hook.id)).sort();
     expect(await jobIds(w.deliveryQueue)).toEqual(expectedDeliveries);
     // Source listeners' runs: one run stream entry each, however often the entry is fanned out.
-    expect(await w.redis.xlen(w.keys.runStream())).toBe(3);
+    expect(await runStreamLength(w.redis, w.keys)).toBe(3);
     // The attempt log gets a record when the first attempt ends, not at fan-out.
     expect(await w.redis.zcard(w.keys.deliveries(userId, hook.id))).toBe(0);
     expect(await outboxLength()).toBe(0);

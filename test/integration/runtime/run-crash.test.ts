@@ -5,7 +5,7 @@ import type { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { freePort } from "../../../src/redis/embedded.js";
 import { createKeys } from "../../../src/store/keys.js";
-import { RUN_GROUP } from "../../../src/store/run-stream.js";
+import { RUN_GROUP, RunStream, runStreamLength } from "../../../src/store/run-stream.js";
 import { childApi, createUserKey, type DaemonChild, killAll, spawnDaemon, waitForReady, waitWhileRunning } from "../../helpers/process.js";
 import { waitFor } from "../../helpers/receiver.js";
 import { connectRedis, dropPrefix, redisUrl, testPrefix } from "../../helpers/redis.js";
@@ -98,7 +98,7 @@ describe("a worker killed in the middle of its source runs", () => {
 
   /** Consumers of the run stream's group (each worker registers one at start). */
   const consumers = async (): Promise<string[]> => {
-    const list = (await redis.xinfo("CONSUMERS", createKeys(prefix).runStream(), RUN_GROUP).catch(() => [])) as string[][];
+    const list = (await redis.xinfo("CONSUMERS", createKeys(prefix).shardRuns(0), RUN_GROUP).catch(() => [])) as string[][];
     return list.map((c) => String(c[1]));
   };
 
@@ -130,7 +130,7 @@ describe("a worker killed in the middle of its source runs", () => {
       expect(res.status).toBe(200);
     }
     const keys = createKeys(prefix);
-    expect(await redis.xlen(keys.runStream())).toBe(REQUESTS);
+    expect(await runStreamLength(redis, keys)).toBe(REQUESTS);
 
     const first = await startWorker("worker-1");
     await waitWhileRunning(first, async () => slow.arrivals.length >= CONCURRENCY, "the first runs to be under way");
@@ -138,8 +138,7 @@ describe("a worker killed in the middle of its source runs", () => {
     const cut = [...slow.arrivals];
     expect(cut.length).toBe(CONCURRENCY);
     // Read by the dead consumer and never acknowledged.
-    const pending = (await redis.xpending(keys.runStream(), RUN_GROUP)) as [number, ...unknown[]];
-    expect(Number(pending[0])).toBe(CONCURRENCY);
+    expect((await new RunStream(redis, keys, 1).stats()).pending).toBe(CONCURRENCY);
 
     const second = await startWorker("worker-2");
     const emitted = async () => {
@@ -152,11 +151,11 @@ describe("a worker killed in the middle of its source runs", () => {
       "every accepted request's run, the killed ones redone",
       90_000,
     );
-    await waitFor(async () => (await redis.xlen(keys.runStream())) === 0, { timeoutMs: 10_000, what: "the run stream to drain" });
+    await waitFor(async () => (await runStreamLength(redis, keys)) === 0, { timeoutMs: 10_000, what: "the run stream to drain" });
     expect([...new Set(await emitted())].sort((a, b) => a - b)).toEqual(Array.from({ length: REQUESTS }, (_, n) => n));
     // The runs cut by the kill reached the holding server twice: once cut, once redone.
     for (const n of cut) expect(slow.arrivals.filter((a) => a === n).length, `run ${n}`).toBeGreaterThanOrEqual(2);
     expect(slow.maxInFlight()).toBeLessThanOrEqual(CONCURRENCY);
-    expect(Number(((await redis.xpending(keys.runStream(), RUN_GROUP)) as [number])[0])).toBe(0);
+    expect((await new RunStream(redis, keys, 1).stats()).pending).toBe(0);
   }, 240_000);
 });

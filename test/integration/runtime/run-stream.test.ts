@@ -5,6 +5,7 @@ import type { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { QUEUES } from "../../../src/queue/catalog.js";
 import { createKeys } from "../../../src/store/keys.js";
+import { runStreamLength } from "../../../src/store/run-stream.js";
 import { client, type TestDaemon, startTestDaemon } from "../../helpers/daemon.js";
 import { waitFor } from "../../helpers/receiver.js";
 import { connectRedis } from "../../helpers/redis.js";
@@ -78,12 +79,20 @@ describe("source runs from the run stream", () => {
 
   const keys = () => createKeys(td.prefix);
   const queuedJobs = async () => Object.values(await queue.getJobCounts()).reduce((a, b) => a + (b ?? 0), 0);
-  /** Nothing left: no entry in the stream, no parked run, no user counted. */
-  const drained = async () =>
-    (await redis.xlen(keys().runStream())) === 0 &&
-    (await redis.hlen(keys().runParked())) === 0 &&
-    (await redis.hlen(keys().runParkedEnds())) === 0 &&
-    (await redis.hlen(keys().runStreamCounts())) === 0;
+  /** Each shard's run-stream key of one kind. */
+  const everyShard = <T>(key: (shard: number) => string, read: (key: string) => Promise<T>) =>
+    Promise.all(Array.from({ length: keys().shards }, (_, i) => read(key(i))));
+  /** Nothing left in any shard: no entry in the stream, no parked run, no user counted. */
+  const drained = async () => {
+    const k = keys();
+    const sizes = [
+      await runStreamLength(redis, k),
+      ...(await everyShard(k.shardRunParked, (key) => redis.hlen(key))),
+      ...(await everyShard(k.shardRunParkedEnds, (key) => redis.hlen(key))),
+      ...(await everyShard(k.shardRunCounts, (key) => redis.hlen(key))),
+    ];
+    return sizes.every((n) => n === 0);
+  };
 
   it("runs each accepted request once, with no BullMQ job, and leaves nothing behind", async () => {
     const u = await td.createUser("paid");
@@ -116,8 +125,9 @@ describe("source runs from the run stream", () => {
     let maxParked = 0;
     await waitFor(
       async () => {
-        maxInStream = Math.max(maxInStream, Number((await redis.hget(keys().runStreamCounts(), u.id)) ?? 0));
-        maxParked = Math.max(maxParked, await redis.hlen(keys().runParked()));
+        const shard = keys().shardOf(u.id);
+        maxInStream = Math.max(maxInStream, Number((await redis.hget(keys().shardRunCounts(shard), u.id)) ?? 0));
+        maxParked = Math.max(maxParked, await redis.hlen(keys().shardRunParked(shard)));
         return (await events(u.api, s.id)).length >= N;
       },
       { timeoutMs: 60_000, intervalMs: 50, what: `${N} runs` },

@@ -47,10 +47,12 @@ import { HTTP_ESM, TIMER_CJS } from "../api/support.js";
  * cross-tag writes fixed since are in docs/decisions.md "Cross-tag writes".
  */
 const KNOWN_CROSS_SLOT: Readonly<Record<string, string>> = {
-  "XREADGROUP at src/store/outbox-stream.ts OutboxStream.ackAndRead {shard}":
+  "XREADGROUP at src/store/shard-streams.ts OutboxStream.readGroup {shard}":
     'on one node fan-out reads every shard outbox in one blocking XREADGROUP (one read group); on a Cluster each shard is a read group of its own, one slot each (docs/decisions.md "Sharded outbox"; test/integration/events/outbox-cluster.test.ts)',
-  "PIPELINE at src/store/outbox-stream.ts run {shard}":
-    'on one node the per-shard outbox commands (acks, stats, consumer registration) share one pipeline; on a Cluster each shard has its own (docs/decisions.md "Sharded outbox")',
+  "XREADGROUP at src/store/shard-streams.ts RunStream.readGroup {shard}":
+    'on one node run consumers read every shard run stream in one blocking XREADGROUP (one read group); on a Cluster each shard is a read group of its own, as for the outbox (docs/decisions.md "Source runs from a stream")',
+  "PIPELINE at src/store/shard-streams.ts run {shard}":
+    'on one node the per-shard stream commands (acks, stats, consumer registration, leases) share one pipeline; on a Cluster each shard has its own (docs/decisions.md "Sharded outbox")',
 };
 
 type Kind = "script" | "multi" | "command" | "pipeline";
@@ -283,6 +285,13 @@ let all: Finding[] = [];
 /** Every unit of the workload in the order it was sent (for the replay on the cluster). */
 let inOrder: Unit[] = [];
 
+/** A component that answers its requests itself. */
+const RESPONDING_ESM = `export default {
+  name: "Answers", version: "0.0.1",
+  props: { http: { type: "$.interface.http", customResponse: true } },
+  async run(event) { this.http.respond({ status: 200, body: "answered" }); },
+};`;
+
 /** A representative workload through the API: as many store operations as practical. */
 async function workload(): Promise<void> {
   const ok = <R extends { status: number; text: string }>(res: R, what: string, ...statuses: number[]): R => {
@@ -356,6 +365,17 @@ async function workload(): Promise<void> {
   });
   await Promise.race([tailed, new Promise((r) => setTimeout(r, 5_000))]);
   tail.abort();
+
+  // A free user's source that answers requests itself (customResponse): the inline admit (both
+  // rates in one step), the quota check, the run.
+  const answers = ok(
+    await other.api.post("/v1/sources", { json: { component_code: RESPONDING_ESM, name: "Answers" } }),
+    "custom-response source",
+  ).body.data;
+  const answersAt = /"(https?:\/\/[^"]*\/e\/[^"]+)"/.exec(JSON.stringify(answers))?.[1];
+  if (!answersAt) throw new Error(`no endpoint URL in ${JSON.stringify(answers)}`);
+  const answered = await fetch(answersAt, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+  if ((await answered.text()) !== "answered") throw new Error(`custom response: ${answered.status}`);
 
   // Deliveries: one delivered, one failing (retries, circuit), then listing, retry and a replay.
   await waitFor(() => rx.to("/good").length >= 14 && rx.to("/bad").length >= 1, { timeoutMs: 30_000, what: "deliveries to both webhooks" });

@@ -89,10 +89,10 @@ describe("store/ owns Redis", () => {
 
   it("sees the commands a file sends, whatever its connection is called", () => {
     // Judged by the same rule, store/ files are full of commands: the check must find them.
-    const calls = redisCalls(files, (f) => f.endsWith("/store/events.ts") || f.endsWith("/store/outbox-stream.ts"));
+    const calls = redisCalls(files, (f) => f.endsWith("/store/events.ts") || f.endsWith("/store/shard-streams.ts"));
     expect(calls.some((c) => c.startsWith("store/events.ts:") && c.endsWith(" xlen"))).toBe(true);
-    expect(calls.some((c) => c.startsWith("store/outbox-stream.ts:") && c.endsWith(" xautoclaim"))).toBe(true);
-    expect(calls.some((c) => c.startsWith("store/outbox-stream.ts:") && c.endsWith(" exec"))).toBe(true);
+    expect(calls.some((c) => c.startsWith("store/shard-streams.ts:") && c.endsWith(" xautoclaim"))).toBe(true);
+    expect(calls.some((c) => c.startsWith("store/shard-streams.ts:") && c.endsWith(" exec"))).toBe(true);
   }, 60_000);
 
   it("keeps every Lua script in src/store/scripts/", () => {
