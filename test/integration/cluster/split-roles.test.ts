@@ -11,13 +11,15 @@ import { allDelivered, type E2eUser, emit, hookUp, usersOnEveryShard } from "../
 import { client } from "../../helpers/daemon.js";
 import { type DaemonChild, killAll } from "../../helpers/process.js";
 import { waitFor } from "../../helpers/wait.js";
+import { HTTP_ESM } from "../api/support.js";
 
 /**
  * Tributary on a real 3-master Redis Cluster, end to end (issue 13, SPEC §8): two daemon processes
  * with split roles (`ROLES=api` and `ROLES=worker,scheduler`) started as an operator would, with
  * REDIS_CLUSTER_NODES. Users created through the admin API land on every shard (so on every
- * master); their emits are delivered to a loopback receiver at least once each. A timer source
- * ticks once per interval while two scheduler processes run.
+ * master); their emits are delivered to a loopback receiver at least once each, and the requests to
+ * their HTTP sources run (each shard's run stream, read by the worker's read group of that shard).
+ * A timer source ticks once per interval while two scheduler processes run.
  */
 
 const WORKFLOW = "p_cluster";
@@ -30,7 +32,12 @@ let rx: CountingReceiver;
 let api: DaemonChild;
 let worker: DaemonChild;
 const { prefix, adminToken } = clusterDeployment();
-let users: E2eUser[];
+let users: E2eUser[] | undefined;
+/** Users whose data is on every shard (so on every master), created once for the tests that need them. */
+const everyShardUser = async (): Promise<E2eUser[]> => {
+  users ??= await usersOnEveryShard(api, adminToken, prefix, cluster);
+  return users;
+};
 
 beforeAll(async () => {
   cluster = await startCluster({ masters: 3 });
@@ -47,7 +54,7 @@ afterAll(async () => {
 
 describe("two daemon processes with split roles on a 3-master Redis Cluster", () => {
   it("deliver every emit of users on every shard at least once", async () => {
-    users = await usersOnEveryShard(api, adminToken, prefix, cluster);
+    const users = await everyShardUser();
     // Every master holds some users' data.
     expect(new Set(users.map((u) => u.nodePort))).toEqual(new Set(cluster.masters.map((m) => m.port)));
     for (const u of users) await hookUp(u, rx.url(`/to/${u.id}`), WORKFLOW);
@@ -67,9 +74,38 @@ describe("two daemon processes with split roles on a 3-master Redis Cluster", ()
     expect(api.hasExited() || worker.hasExited()).toBe(false);
   }, 180_000);
 
+  it("runs every accepted request to the HTTP sources of users on every shard", async () => {
+    const REQUESTS = 3;
+    const sources = await Promise.all(
+      (await everyShardUser()).map(async (u) => {
+        const res = await u.api.post("/v1/sources", { json: { component_code: HTTP_ESM, name: "Inbox" } });
+        expect(res.status, res.text).toBe(200);
+        return { u, id: String(res.body.data.id), url: String(res.body.data.configured_props.http.endpoint_url) };
+      }),
+    );
+    const answers = await Promise.all(
+      sources.flatMap((s) =>
+        Array.from({ length: REQUESTS }, (_, n) =>
+          fetch(s.url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ n }) }).then((r) => r.status),
+        ),
+      ),
+    );
+    expect(answers.filter((status) => status !== 200)).toEqual([]);
+    const emitted = async (s: (typeof sources)[number]) => {
+      const list = await s.u.api.get(`/v1/sources/${s.id}/event_summaries`, { query: { limit: 100, expand: "event" } });
+      return new Set((list.body?.data ?? []).map((e: { event: { n: number } }) => e.event.n)).size;
+    };
+    await waitFor(async () => (await Promise.all(sources.map(emitted))).every((n) => n === REQUESTS), {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      what: `${REQUESTS} runs of each of ${sources.length} sources`,
+    });
+    expect(api.hasExited() || worker.hasExited()).toBe(false);
+  }, 120_000);
+
   it("ticks a timer once per interval with two scheduler processes", async () => {
     const second = await startClusterDaemon("worker-2", cluster, { roles: "worker,scheduler", prefix, adminToken });
-    const u = users[0];
+    const u = (await everyShardUser())[0];
     if (!u) throw new Error("no user");
     const ticker = `module.exports = {
       key: "cluster-ticker",
