@@ -145,4 +145,29 @@ describe("source runs from the run stream", () => {
     for (const [at, n] of order.entries()) expect(Math.abs(n - at), `run ${n} ended ${at}th`).toBeLessThanOrEqual(3);
     expect(await queuedJobs(), "source-run jobs in BullMQ").toBe(0);
   });
+
+  it("runs what an earlier version left in its single run stream, entries and parked runs alike", async () => {
+    const u = await td.createUser("paid");
+    const s = await createSource(u.api, EMIT_N);
+    const k = keys();
+    const job = (n: number) =>
+      JSON.stringify({
+        kind: "http",
+        userId: u.id,
+        sourceId: s.id,
+        request: { method: "POST", path: "/", query: {}, headers: { "content-type": "application/json" }, bodyRaw: JSON.stringify({ n }) },
+        acceptedAtMs: Date.now(),
+      });
+    // As a process of the earlier version would have left them (the running daemon adopts them
+    // within its take-over interval: the claim idle time's half, at most 5 s).
+    await redis.xadd(k.legacyRunStream(), "*", "u", u.id, "j", job(0));
+    await redis.xadd(k.legacyRunStream(), "*", "u", u.id, "j", job(1));
+    await redis.hset(k.legacyRunParked(), `${u.id} 1`, job(2));
+    await redis.hset(k.legacyRunParkedEnds(), `h ${u.id}`, 0, `t ${u.id}`, 1);
+    await waitFor(async () => (await events(u.api, s.id)).length >= 3, { timeoutMs: 30_000, what: "the 3 runs left behind" });
+    expect((await events(u.api, s.id)).map((e) => e.event.n).sort()).toEqual([0, 1, 2]);
+    await waitFor(drained, { timeoutMs: 10_000, what: "the run streams to drain" });
+    expect(await redis.xlen(k.legacyRunStream())).toBe(0);
+    expect(await redis.exists(k.legacyRunParked(), k.legacyRunParkedEnds())).toBe(0);
+  });
 });
