@@ -18,6 +18,7 @@ import { RuntimeLifecycle } from "./lifecycle.js";
 import { Quotas } from "./quotas.js";
 import { RateLimiter } from "../store/rate-limit.js";
 import { RunBacklog } from "../store/run-backlog.js";
+import { RequestGates } from "../store/request-gate.js";
 import { RunStream } from "../store/run-stream.js";
 import { SourceRunIntake } from "./run-intake.js";
 import { RunRecords } from "./run-records.js";
@@ -153,6 +154,7 @@ export function createRuntime(d: RuntimeDeps): Runtime {
     runner,
     quotas,
     limiter: new RateLimiter(d.redis, config.sourceHttpRatePerSecond, config.sourceHttpRatePerSecond * 2),
+    gates: new RequestGates(d.redis, d.now),
     ingress: d.ingressRate,
     keys: d.keys,
     runs,

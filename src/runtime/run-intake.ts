@@ -1,5 +1,6 @@
 import type { SourceRunJob } from "../queue/catalog.js";
-import type { RequestAcceptance, RequestGate, RunStream, RunStreamStatus } from "../store/run-stream.js";
+import type { RequestGate } from "../store/request-gate.js";
+import type { RequestAcceptance, RunStream, RunStreamStatus } from "../store/run-stream.js";
 
 /** A source run to make durable; `id` (fan-out, timer ticks) makes a redo add nothing twice. */
 export interface RunToAdd {

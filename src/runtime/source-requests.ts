@@ -16,6 +16,7 @@ import type { SourceRecord } from "../store/sources.js";
 import type { HttpEvent } from "./http-request.js";
 import type { QuotaVerdict, Quotas } from "./quotas.js";
 import type { RateLimiter } from "../store/rate-limit.js";
+import type { GateVerdict, RequestGate, RequestGates } from "../store/request-gate.js";
 import type { SourceRunIntake } from "./run-intake.js";
 import type { RunRecords } from "./run-records.js";
 import type { RunSpec, SourceRunner } from "./runner.js";
@@ -27,6 +28,8 @@ export interface SourceRequestDeps {
   runner: SourceRunner;
   quotas: Quotas;
   limiter: RateLimiter;
+  /** A request answered by its run: its rates and quota in one step (store/request-gate.ts). */
+  gates: RequestGates;
   /** The per-user ingress rate (services/ingress-rate.ts): each request counts one event. */
   ingress?: IngressGate;
   keys: Keys;
@@ -133,54 +136,62 @@ export class SourceRequests {
   }
 
   /**
-   * Admits one more request to `source` once its rate, its user's ingress rate and quota allow;
-   * returns the quota verdict (for the run). Both rates are taken in one step, the source's first
-   * (store/scripts/source-request-rate.ts), and the quota is read in the same round trip (a
-   * refused request wastes that read, nothing else).
+   * Admits one more request to `source` once its rate, its user's ingress rate and quota allow, in
+   * one step (store/scripts/source-request-admit.ts); returns the quota verdict (for the run).
    */
   private async admit(source: SourceRecord): Promise<Admitted> {
-    const d = this.d;
-    const charge = d.ingress?.charge(source.user_id, 1);
-    const [rates, quota] = await Promise.all([
-      d.limiter.takeThen(d.keys.sourceRate(source.user_id, source.id), charge),
-      d.quotas.check(source.user_id),
-    ]);
-    if (rates.wait > 0) throw this.rateRefusal(rates.wait);
-    if (rates.chargeWait > 0 && d.ingress) throw d.ingress.refused(rates.chargeWait);
-    if (!quota.ok) throw quotaRefusal(quota);
-    return quota;
-  }
-
-  private rateRefusal(waitMs: number): Error {
-    return new TooManyRequestsError("this endpoint is receiving too many requests", waitMs / 1000);
+    const { gate, plan } = await this.gate(source);
+    const refused = this.refusal(await this.d.gates.admit(gate));
+    if (refused) throw refused;
+    return { ok: true, plan };
   }
 
   /** A queued request: its rates, quota and run in one step (store/scripts/source-request-accept.ts). */
   private async enqueue(source: SourceRecord, event: HttpEvent): Promise<void> {
     const d = this.d;
-    const userId = source.user_id;
-    const charge = d.ingress?.charge(userId, 1);
-    const quota = await d.quotas.gate(userId);
-    if ("decided" in quota && !quota.decided.ok) throw quotaRefusal(quota.decided);
+    const { gate } = await this.gate(source);
     const job: SourceRunJob = {
       kind: "http",
-      userId,
+      userId: source.user_id,
       sourceId: source.id,
       request: { method: event.method, path: event.path, query: event.query, headers: event.headers, bodyRaw: event.bodyRaw },
       acceptedAtMs: d.now(),
     };
-    const taken = await d.runs.accept(job, {
+    const taken = await d.runs.accept(job, gate);
+    if (taken.admitted) return;
+    // The script adds the run unless a gate refused: never answer 200 for a run not added.
+    throw this.refusal(taken) ?? new UnavailableError("the request could not be queued; retry shortly", 1);
+  }
+
+  /**
+   * What a request to `source` must pass: the source's rate, its user's ingress rate and, for a
+   * free user, the day's quota (runtime/quotas.ts decides a paid or missing user here: no quota in
+   * the gate, or a 429 without a round trip).
+   */
+  private async gate(source: SourceRecord): Promise<{ gate: RequestGate; plan: "free" | "paid" }> {
+    const d = this.d;
+    const userId = source.user_id;
+    const charge = d.ingress?.charge(userId, 1);
+    const quota = await d.quotas.gate(userId);
+    let plan: "free" | "paid" = "free";
+    if ("decided" in quota) {
+      if (!quota.decided.ok) throw quotaRefusal(quota.decided);
+      plan = quota.decided.plan;
+    }
+    const gate: RequestGate = {
       rate: d.limiter.gate(d.keys.sourceRate(userId, source.id)),
       ...(charge ? { charge } : {}),
       ...("usageKey" in quota ? { quota } : {}),
-    });
-    if (taken.admitted) return;
-    if (taken.rateWait > 0) throw this.rateRefusal(taken.rateWait);
-    if (taken.chargeWait > 0 && d.ingress) throw d.ingress.refused(taken.chargeWait);
-    const verdict = d.quotas.verdict(taken.quota);
-    if (!verdict.ok) throw quotaRefusal(verdict);
-    // Not reached: the script adds the run unless a gate refused. Never answer 200 for a run not added.
-    throw new UnavailableError("the request could not be queued; retry shortly", 1);
+    };
+    return { gate, plan };
+  }
+
+  /** The error to answer a request its gate refused with (the first gate that refused it), or undefined. */
+  private refusal(v: GateVerdict): Error | undefined {
+    if (v.rateWait > 0) return new TooManyRequestsError("this endpoint is receiving too many requests", v.rateWait / 1000);
+    if (v.chargeWait > 0 && this.d.ingress) return this.d.ingress.refused(v.chargeWait);
+    const verdict = this.d.quotas.verdict(v.quota);
+    return verdict.ok ? undefined : quotaRefusal(verdict);
   }
 
   /** Runs the source now and sends its first respond(); a run that never responds is a clear error. */

@@ -1,7 +1,5 @@
 import type { RedisClient } from "./context.js";
-import type { IngressCharge } from "./events.js";
 import { defineScript, type ScriptCall } from "./script.js";
-import { SOURCE_REQUEST_RATE } from "./scripts/source-request-rate.js";
 import { TOKEN_BUCKET } from "./scripts/token-bucket.js";
 
 /**
@@ -10,7 +8,6 @@ import { TOKEN_BUCKET } from "./scripts/token-bucket.js";
  */
 export class RateLimiter {
   private readonly bucket: ScriptCall;
-  private readonly withCharge: ScriptCall;
 
   constructor(
     redis: RedisClient,
@@ -19,10 +16,9 @@ export class RateLimiter {
     private readonly now: () => number = Date.now,
   ) {
     this.bucket = defineScript(redis, TOKEN_BUCKET);
-    this.withCharge = defineScript(redis, SOURCE_REQUEST_RATE);
   }
 
-  /** The bucket in `key` as a step that takes its token inside another script sees it (store/run-stream.ts `RequestGate`). */
+  /** The bucket in `key` as a step that takes its token inside another script sees it (store/request-gate.ts `RequestGate`). */
   gate(key: string): { key: string; perSecond: number; burst: number } {
     return { key, perSecond: this.ratePerSecond, burst: this.burst };
   }
@@ -30,20 +26,6 @@ export class RateLimiter {
   /** Takes `cost` tokens: 0 when the request may go ahead, else the wait in ms (nothing taken). */
   async take(key: string, cost = 1): Promise<number> {
     return Number(await this.bucket([key], [this.ratePerSecond, this.burst, this.now(), cost]));
-  }
-
-  /**
-   * Takes one token from `key`, then, once that one paid, `charge` from its bucket (another rate:
-   * a user's ingress), in one step (store/scripts/source-request-rate.ts); returns each one's wait
-   * in ms (0: taken). Without a charge, the same as `take(key)`.
-   */
-  async takeThen(key: string, charge: IngressCharge | undefined): Promise<{ wait: number; chargeWait: number }> {
-    const args = charge ? [charge.perSecond, charge.burst, charge.cost] : ["", 0, 0];
-    const [wait, chargeWait] = (await this.withCharge(
-      [key, charge?.key ?? key],
-      [this.ratePerSecond, this.burst, this.now(), ...args],
-    )) as [number, number];
-    return { wait: Number(wait), chargeWait: Number(chargeWait) };
   }
 }
 

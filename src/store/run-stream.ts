@@ -1,5 +1,6 @@
 import type { RedisClient } from "./context.js";
 import type { Keys } from "./keys.js";
+import { type GateVerdict, gateKeysAndArgs, gateVerdict, type RequestGate } from "./request-gate.js";
 import { byShard, entryRef, type ReadGroup, ShardStreams, type ShardStats, type StreamEntries } from "./shard-streams.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { RUN_STREAM_ACK } from "./scripts/run-stream-ack.js";
@@ -35,24 +36,12 @@ export interface RunStreamEntry {
 }
 
 /**
- * What a queued HTTP source request must pass before its run is added (`RunStream.accept`): the
- * source's token bucket, the user's ingress bucket (an unlimited ingress: `charge` undefined) and,
- * for a free user, the day's quota. Each part's arguments come from its owner (store/rate-limit.ts,
- * runtime/quotas.ts).
- */
-export interface RequestGate {
-  readonly rate: { readonly key: string; readonly perSecond: number; readonly burst: number };
-  readonly charge?: { readonly key: string; readonly perSecond: number; readonly burst: number; readonly cost: number };
-  readonly quota?: { readonly usageKey: string; readonly invocations: number; readonly computeMs: number };
-}
-
-/**
  * What became of a request offered through `accept`: `admitted` with what became of its run, or
  * the first gate that refused it (`wait` in ms for the rates; the quota that was reached).
  */
 export type RequestAcceptance =
   | { readonly admitted: true; readonly status: RunStreamStatus }
-  | { readonly admitted: false; readonly rateWait: number; readonly chargeWait: number; readonly quota: 0 | 1 | 2 };
+  | ({ readonly admitted: false } & GateVerdict);
 
 /**
  * The run streams (docs/decisions.md "Source runs from a stream"): one per shard, in its users'
@@ -140,28 +129,12 @@ export class RunStream extends ShardStreams {
    * let the request through.
    */
   async accept(userId: string, json: string, gate: RequestGate): Promise<RequestAcceptance> {
-    const shard = this.keys.shardOf(userId);
-    const { rate, charge, quota } = gate;
-    const [stream, counts, parked, ends] = this.shardKeys(shard);
-    const res = (await this.acceptScript(
-      [rate.key, charge?.key ?? rate.key, quota?.usageKey ?? rate.key, stream, counts, parked, ends],
-      [
-        rate.perSecond,
-        rate.burst,
-        this.now(),
-        charge ? charge.perSecond : "",
-        charge?.burst ?? 0,
-        charge?.cost ?? 0,
-        quota ? quota.invocations : "",
-        quota?.computeMs ?? 0,
-        this.perUser,
-        userId,
-        json,
-      ],
-    )) as [number, number, number, number];
-    const [rateWait, chargeWait, over, status] = res.map(Number) as [number, number, number, number];
+    const [stream, counts, parked, ends] = this.shardKeys(this.keys.shardOf(userId));
+    const { keys, args } = gateKeysAndArgs(gate, this.now());
+    const res = (await this.acceptScript([...keys, stream, counts, parked, ends], [...args, this.perUser, userId, json])) as unknown[];
+    const status = Number(res[3]);
     if (status > 0) return { admitted: true, status: STATUS[status] ?? "added" };
-    return { admitted: false, rateWait, chargeWait, quota: over === 1 || over === 2 ? over : 0 };
+    return { admitted: false, ...gateVerdict(res) };
   }
 
   /** Reads up to `count` new entries per shard of `group` (`readGroups()`), waiting up to `blockMs`. */

@@ -86,7 +86,9 @@ describe("two daemon processes with split roles on a 3-master Redis Cluster", ()
     const answers = await Promise.all(
       sources.flatMap((s) =>
         Array.from({ length: REQUESTS }, (_, n) =>
-          fetch(s.url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ n }) }).then((r) => r.status),
+          fetch(s.url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ n }) }).then(
+            (r) => r.status,
+          ),
         ),
       ),
     );

@@ -164,7 +164,7 @@ describe("source runs from the run stream", () => {
     await redis.xadd(k.legacyRunStream(), "*", "u", u.id, "j", job(1));
     await redis.hset(k.legacyRunParked(), `${u.id} 1`, job(2));
     await redis.hset(k.legacyRunParkedEnds(), `h ${u.id}`, 0, `t ${u.id}`, 1);
-    await waitFor(async () => (await events(u.api, s.id)).length >= 3, { timeoutMs: 30_000, what: "the 3 runs left behind" });
+    await waitFor(async () => (await events(u.api, s.id)).length >= 3, { timeoutMs: 20_000, what: "the 3 runs left behind" });
     expect((await events(u.api, s.id)).map((e) => e.event.n).sort()).toEqual([0, 1, 2]);
     await waitFor(drained, { timeoutMs: 10_000, what: "the run streams to drain" });
     expect(await redis.xlen(k.legacyRunStream())).toBe(0);

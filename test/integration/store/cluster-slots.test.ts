@@ -376,6 +376,19 @@ async function workload(): Promise<void> {
   if (!answersAt) throw new Error(`no endpoint URL in ${JSON.stringify(answers)}`);
   const answered = await fetch(answersAt, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
   if ((await answered.text()) !== "answered") throw new Error(`custom response: ${answered.status}`);
+  // A free user's queued request: accepted in one step, its run checks the quota again.
+  const inbox = ok(await other.api.post("/v1/sources", { json: { component_code: HTTP_ESM, name: "Free inbox" } }), "free source").body
+    .data;
+  const queued = await fetch(inbox.configured_props.http.endpoint_url, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: "{}",
+  });
+  if (queued.status !== 200) throw new Error(`queued request: ${queued.status} ${await queued.text()}`);
+  await waitFor(async () => ((await other.api.get(`/v1/sources/${inbox.id}/event_summaries`)).body?.data?.length ?? 0) > 0, {
+    timeoutMs: 30_000,
+    what: "the free user's source's event",
+  });
 
   // Deliveries: one delivered, one failing (retries, circuit), then listing, retry and a replay.
   await waitFor(() => rx.to("/good").length >= 14 && rx.to("/bad").length >= 1, { timeoutMs: 30_000, what: "deliveries to both webhooks" });

@@ -2,7 +2,8 @@ import { Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
 import { createMetrics } from "../../../src/observability/metrics.js";
 import { QueueMonitor } from "../../../src/observability/queue-monitor.js";
-import { RUN_GROUP, type RequestGate, RunStream, runStreamLength } from "../../../src/store/run-stream.js";
+import type { RequestGate } from "../../../src/store/request-gate.js";
+import { RUN_GROUP, RunStream, runStreamLength } from "../../../src/store/run-stream.js";
 import { keySpacePerTest } from "../../helpers/redis.js";
 
 /**
