@@ -34,6 +34,11 @@ export class AuthCache extends FeedCache<{ readonly userId: string; readonly dig
     this.users.revocations.listen((digest) => this.drop(digest));
   }
 
+  /** The user of a key this process holds (no Redis, no promise); undefined: ask `authenticate`. */
+  cached(apiKey: string): string | undefined {
+    return this.peek(apiKey)?.userId;
+  }
+
   /** Same contract as `UserStore.authenticate`. */
   async authenticate(apiKey: string): Promise<string | undefined> {
     const entry = await this.lookup(apiKey, async () => {

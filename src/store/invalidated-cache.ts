@@ -26,10 +26,8 @@ export class InvalidatedCache<V> {
    * `usable`, defined, and not invalidated meanwhile). Misses (undefined) are never kept.
    */
   async get(key: string, load: () => Promise<V | undefined>, usable: boolean): Promise<V | undefined> {
-    if (usable) {
-      const hit = this.entries.get(key);
-      if (hit && this.opts.now() - hit.at < this.opts.maxAgeMs) return hit.value;
-    }
+    const hit = this.peek(key, usable);
+    if (hit !== undefined) return hit;
     const generation = this.generation;
     const value = await load();
     if (usable && value !== undefined && generation === this.generation) {
@@ -41,6 +39,13 @@ export class InvalidatedCache<V> {
       this.entries.set(key, { value, at: this.opts.now() });
     }
     return value;
+  }
+
+  /** The value for `key` when `usable` and held fresh, without a promise (the hot path's hit); undefined otherwise. */
+  peek(key: string, usable: boolean): V | undefined {
+    if (!usable) return undefined;
+    const hit = this.entries.get(key);
+    return hit && this.opts.now() - hit.at < this.opts.maxAgeMs ? hit.value : undefined;
   }
 
   invalidate(key: string): void {

@@ -123,6 +123,11 @@ export abstract class FeedCache<V> {
     await this.feed.start();
   }
 
+  /** The value for `key` held in memory while the feed is live, without a promise; undefined: ask `lookup`. */
+  protected peek(key: string): V | undefined {
+    return this.cache.peek(key, this.feed.isLive());
+  }
+
   /** The value for `key`, from memory while the feed is live, else loaded. */
   protected lookup(key: string, load: () => Promise<V | undefined>): Promise<V | undefined> {
     return this.cache.get(key, load, this.feed.isLive());

@@ -35,7 +35,9 @@ export function jsonBody(limitBytes: number) {
     // The parser's own type check (type-is) runs only when the fast check cannot say yes.
     detectJSON: (ctx) => isPlainJsonType(ctx.get("content-type")),
   });
-  return async function json(ctx: Context, next: Next): Promise<void> {
+  // Not async: what the parser returns goes to Koa as it is (a throw here becomes Koa's rejection),
+  // no promise of this function's own per request.
+  return function json(ctx: Context, next: Next): Promise<void> {
     if ((ctx.method === "POST" || ctx.method === "PUT" || ctx.method === "PATCH") && hasBody(ctx)) {
       if (!isPlainJsonType(ctx.get("content-type")) && !ctx.is("application/json", "+json")) {
         throw new UnsupportedMediaTypeError(
@@ -49,9 +51,8 @@ export function jsonBody(limitBytes: number) {
         throw err;
       }
     }
-    // Not async: the parser awaits what this returns (a throw here rejects its promise), so no
-    // promise of its own per request.
-    await parse(ctx, () => {
+    // Not async either: the parser awaits what this returns (a throw here rejects its promise).
+    return parse(ctx, () => {
       if (exceedsDepth((ctx.request as { body?: unknown }).body)) {
         throw new ValidationError(`request body nests deeper than ${MAX_JSON_DEPTH} levels`, "invalid_body");
       }

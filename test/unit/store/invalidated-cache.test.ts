@@ -85,6 +85,20 @@ describe("InvalidatedCache", () => {
     expect(t.cache.size).toBe(0);
   });
 
+  it("peeks (no loader, no promise) only at what get() would serve from memory", async () => {
+    const t = setup({ maxAgeMs: 100 });
+    expect(t.cache.peek("k", true)).toBeUndefined();
+    await t.cache.get("k", t.loader("u1"), true);
+    expect(t.cache.peek("k", true)).toBe("u1");
+    expect(t.cache.peek("k", false), "unusable: the channel is down").toBeUndefined();
+    t.advance(100);
+    expect(t.cache.peek("k", true), "older than maxAgeMs").toBeUndefined();
+    await t.cache.get("k", t.loader("u2"), true);
+    t.cache.invalidate("k");
+    expect(t.cache.peek("k", true)).toBeUndefined();
+    expect(t.loads()).toBe(2);
+  });
+
   it("reads again after maxAgeMs even without an invalidation", async () => {
     const t = setup({ maxAgeMs: 100 });
     await t.cache.get("k", t.loader("u1"), true);
