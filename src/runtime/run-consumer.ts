@@ -3,7 +3,7 @@ import type { Logger } from "../observability/logger.js";
 import { RetryLog } from "../observability/retry-log.js";
 import { type SourceRunJob, sourceRunJob } from "../queue/catalog.js";
 import type { RunStream, RunStreamEntry } from "../store/run-stream.js";
-import type { ReadGroup } from "../store/shard-streams.js";
+import { type ReadGroup, shardOfRef } from "../store/shard-streams.js";
 import type { RunSlots } from "./run-slots.js";
 
 /** How often a consumer prunes, and how long a consumer must have been idle to go. */
@@ -29,8 +29,8 @@ export interface RunConsumerDeps {
 /**
  * Reads the run streams (one per shard) through their consumer group and runs each entry, at most
  * as many at once as the process has run slots (shared with the BullMQ overflow worker); it reads
- * only while it has room, so the rest stay in the streams for other processes (a read asks each
- * shard of its read group for up to that many). An entry is acknowledged once its run settled; the
+ * only while it has room, and about as many entries as it has room for, so the rest stay in the
+ * streams for other processes. An entry is acknowledged once its run settled; the
  * leases of entries in hand are renewed, so only a dead (or stuck) consumer's entries go idle,
  * and those are taken over (XAUTOCLAIM, shard by shard) and run again: at least once. On one node
  * one loop reads every shard; on a cluster there is a loop per shard (store/shard-streams.ts read
@@ -80,6 +80,10 @@ export class RunConsumer {
   private async run(group: ReadGroup, keepsHouse: boolean): Promise<void> {
     const { d } = this;
     const retries = new RetryLog(d.logger, "source run consumer error; retrying", { level: "error" });
+    // A read's COUNT applies to each stream: each shard is asked for the free slots shared among
+    // the shards that had runs at the last read (every shard of the group at first), so a read
+    // brings about as many runs as there are free slots, and one busy shard alone still fills them.
+    let spread = group.shards.length;
     while (this.running) {
       try {
         if (keepsHouse) await this.keepHouse();
@@ -88,7 +92,9 @@ export class RunConsumer {
           await this.waitForRoom();
           continue;
         }
-        for (const e of await d.stream.read(group, d.consumer, room, READ_BLOCK_MS)) this.take(e);
+        const entries = await d.stream.read(group, d.consumer, Math.ceil(room / spread), READ_BLOCK_MS);
+        if (entries.length > 0) spread = new Set(entries.map((e) => shardOfRef(e.entryId))).size;
+        for (const e of entries) this.take(e);
         retries.succeeded();
       } catch (err) {
         if (!this.running) break;

@@ -16,6 +16,11 @@ export function entryRef(shard: number, id: string): string {
   return `${shard}/${id}`;
 }
 
+/** The shard an entry ref names. */
+export function shardOfRef(ref: string): number {
+  return Number(ref.slice(0, ref.indexOf("/")));
+}
+
 function parseRef(ref: string): [number, string] {
   const at = ref.indexOf("/");
   return [Number(ref.slice(0, at)), ref.slice(at + 1)];
