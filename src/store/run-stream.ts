@@ -220,11 +220,16 @@ export class RunStream extends ShardStreams {
       const runs = parse(entries);
       await this.add(runs.filter((r) => r.userId && r.json).map((r) => ({ id: `legacy:${r.entryId}`, userId: r.userId, json: r.json })));
       const ids = entries.map(([id]) => id);
-      await this.redis
-        .pipeline()
-        .xack(stream, RUN_GROUP, ...ids)
-        .xdel(stream, ...ids)
-        .exec();
+      // A failed delete would have the next read find the same entries again: it throws. (An old
+      // stream that never had a consumer group answers the XACK with NOGROUP: nothing to do.)
+      const replies =
+        (await this.redis
+          .pipeline()
+          .xack(stream, RUN_GROUP, ...ids)
+          .xdel(stream, ...ids)
+          .exec()) ?? [];
+      const failed = replies.find(([err]) => err && !/NOGROUP/.test(err.message));
+      if (failed) throw failed[0];
       moved += entries.length;
     }
     for (let cursor = "0"; ; ) {
