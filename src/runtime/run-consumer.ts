@@ -53,7 +53,7 @@ export class RunConsumer {
   async start(): Promise<void> {
     await this.d.stream.ensureGroup();
     await this.d.stream.createConsumer(this.d.consumer);
-    await this.adoptLegacy();
+    // The first loop's first housekeeping, before its first read, adopts runs of the old single stream.
     this.running = true;
     this.loops = this.d.stream.readGroups().map((group, i) => this.run(group, i === 0));
   }
@@ -147,7 +147,7 @@ export class RunConsumer {
 
   /** One XAUTOCLAIM round on each shard, no more entries than there is room for; each shard's cursor goes on next time. */
   private async reclaim(): Promise<void> {
-    for (const shard of this.d.stream.shardNumbers()) {
+    for (const shard of this.d.stream.all()) {
       const room = this.room();
       if (room <= 0) return;
       const cursor = this.claimCursors.get(shard) ?? "0-0";

@@ -1,7 +1,7 @@
 import type { RedisClient } from "./context.js";
 import type { Keys } from "./keys.js";
 import { type GateVerdict, gateKeysAndArgs, gateVerdict, type RequestGate } from "./request-gate.js";
-import { byShard, entryRef, type ReadGroup, ShardStreams, type ShardStats, type StreamEntries } from "./shard-streams.js";
+import { byShard, entryRef, type ReadGroup, ShardStreams, type StreamEntries } from "./shard-streams.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { RUN_STREAM_ACK } from "./scripts/run-stream-ack.js";
 import { RUN_STREAM_ADD } from "./scripts/run-stream-add.js";
@@ -173,31 +173,9 @@ export class RunStream extends ShardStreams {
     return { entries: parse(entries), next };
   }
 
-  /** Every shard number (a consumer's take-over goes round them). */
-  shardNumbers(): number[] {
-    return this.all();
-  }
-
-  /**
-   * What the queue monitor samples: runs waiting (in the streams and not read, or parked), runs
-   * read and not yet acknowledged, and the time of the oldest entry, in one round trip on one node.
-   */
-  override async stats(): Promise<ShardStats> {
-    const replies = await this.perShard(this.all(), (pipe, key, shard) =>
-      pipe.xlen(key).xpending(key, RUN_GROUP).xrange(key, "-", "+", "COUNT", 1).hlen(this.keys.shardRunParked(shard)),
-    );
-    let length = 0;
-    let pending = 0;
-    let oldestMs: number | undefined;
-    for (const [len, pend, range, parked] of replies) {
-      // Parked runs wait too: counted with the entries not yet read.
-      length += Number(len ?? 0) + Number(parked ?? 0);
-      pending += Number((pend as unknown[] | undefined)?.[0] ?? 0);
-      const [first] = (range as StreamEntries | undefined) ?? [];
-      const ms = first ? Number(first[0].slice(0, first[0].indexOf("-"))) : undefined;
-      if (ms !== undefined && (oldestMs === undefined || ms < oldestMs)) oldestMs = ms;
-    }
-    return { length, pending, oldestMs };
+  /** Parked runs wait too: counted with the entries not yet read in the queue monitor's stats. */
+  protected override waitingBeside(shard: number): string {
+    return this.keys.shardRunParked(shard);
   }
 
   /**

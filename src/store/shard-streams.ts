@@ -90,7 +90,7 @@ export class ShardStreams {
   }
 
   /** Every shard number. */
-  protected all(): number[] {
+  all(): number[] {
     return this.streams.map((_, i) => i);
   }
 
@@ -234,15 +234,25 @@ export class ShardStreams {
     return { entries, next: res[0] };
   }
 
+  /**
+   * A hash per shard whose entries wait too (the run streams' parked runs): its HLEN counts in the
+   * shard's length. None by default.
+   */
+  protected waitingBeside(_shard: number): string | undefined {
+    return undefined;
+  }
+
   /** Length, pending count and oldest entry time of each shard (by shard number). */
   async shardStats(): Promise<ShardStats[]> {
-    const replies = await this.perShard(this.all(), (pipe, key) =>
-      pipe.xlen(key).xpending(key, this.group).xrange(key, "-", "+", "COUNT", 1),
-    );
-    return replies.map(([length, pending, range]) => {
+    const replies = await this.perShard(this.all(), (pipe, key, shard) => {
+      pipe.xlen(key).xpending(key, this.group).xrange(key, "-", "+", "COUNT", 1);
+      const beside = this.waitingBeside(shard);
+      if (beside !== undefined) pipe.hlen(beside);
+    });
+    return replies.map(([length, pending, range, beside]) => {
       const [first] = (range as StreamEntries | undefined) ?? [];
       return {
-        length: Number(length ?? 0),
+        length: Number(length ?? 0) + Number(beside ?? 0),
         pending: Number((pending as unknown[] | undefined)?.[0] ?? 0),
         oldestMs: first ? Number(first[0].slice(0, first[0].indexOf("-"))) : undefined,
       };
