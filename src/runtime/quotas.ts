@@ -45,10 +45,9 @@ export class Quotas {
   }
 
   async check(userId: string): Promise<QuotaVerdict> {
-    const plan = await this.users.plan(userId);
-    if (!plan) return MISSING;
-    if (plan === "paid") return PAID;
-    return this.verdict(await this.usage.reached(userId, this.now(), this.daily()));
+    const gate = await this.gate(userId);
+    if ("decided" in gate) return gate.decided;
+    return this.verdict(await this.usage.reached(gate.usageKey, gate));
   }
 
   /** The quota as a script checks it (store/scripts/quota-gate.ts), for `verdict` to read its answer. */

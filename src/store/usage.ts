@@ -36,9 +36,9 @@ export class UsageCounters {
     return this.keys.usage(userId, utcDay(nowMs));
   }
 
-  /** Which of a free user's daily limits the day's counters reached (store/scripts/quota-gate.ts). */
-  async reached(userId: string, nowMs: number, limits: DailyLimits): Promise<QuotaReached> {
-    const n = Number(await this.check([this.dayKey(userId, nowMs)], [limits.invocations, limits.computeMs]));
+  /** Which of a free user's daily limits the day's counters (`dayKey`) reached (store/scripts/quota-gate.ts). */
+  async reached(dayKey: string, limits: DailyLimits): Promise<QuotaReached> {
+    const n = Number(await this.check([dayKey], [limits.invocations, limits.computeMs]));
     return n === 1 || n === 2 ? n : 0;
   }
 
