@@ -24,6 +24,8 @@ export interface DaemonProcessOptions {
   readonly env?: Record<string, string>;
   /** Readiness check for a process without the api role (no /readyz to poll). */
   readonly ready?: (pid: number) => Promise<boolean>;
+  /** The checkout to run (its dist/); default BENCH_DAEMON_ROOT or this one. */
+  readonly root?: string;
 }
 
 /** BENCH_DAEMON_ENV="K=V,K2=V2": extra daemon settings (e.g. DELIVERY_CONCURRENCY=128) for experiments. */
@@ -39,10 +41,10 @@ function extraEnv(): Record<string, string> {
 const TSX_DAEMON = process.env.BENCH_DAEMON_TSX === "1";
 
 /** Compiles the daemon (`npm run build`) in the checkout the bench runs it from. */
-export function buildDaemon(): void {
+export function buildDaemon(root = process.env.BENCH_DAEMON_ROOT || ROOT): void {
   if (TSX_DAEMON) return;
   execFileSync(process.execPath, [path.join(ROOT, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.build.json"], {
-    cwd: process.env.BENCH_DAEMON_ROOT || ROOT,
+    cwd: root,
     stdio: "inherit",
   });
 }
@@ -53,7 +55,7 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
   // BENCH_CPU_PROF=<dir> writes a V8 CPU profile of each daemon process there on exit.
   const prof = process.env.BENCH_CPU_PROF ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_CPU_PROF] : [];
   // BENCH_DAEMON_ROOT=<dir> runs the daemon from another checkout (A/B-testing a change).
-  const root = process.env.BENCH_DAEMON_ROOT || ROOT;
+  const root = opts.root ?? (process.env.BENCH_DAEMON_ROOT || ROOT);
   const env: Record<string, string> = {
     PORT: String(port),
     HOST: "127.0.0.1",

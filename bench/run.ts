@@ -24,7 +24,7 @@
  * BENCH_TRACE=1 (drain progress), BENCH_DAEMON_ROOT (run the daemon from another checkout),
  * BENCH_DAEMON_TSX=1 (run the daemon's TypeScript through tsx instead of the compiled dist/ that
  * `npm start` runs), BENCH_DAEMON_ENV ("K=V,K2=V2" extra daemon settings, e.g. ROLES=api or
- * DELIVERY_CONCURRENCY=128), BENCH_DAEMON_NODE_FLAGS (extra node flags of the daemon),
+ * DELIVERY_CONCURRENCY=128), BENCH_DAEMON_NODE_FLAGS (extra node flags of the daemon), BENCH_BASELINE_NODE_FLAGS (of the Koa baselines),
  * BENCH_CHILD_LOG=<dir> (each child process's output, one file each), BENCH_SPLIT=1 (an api process plus a worker+scheduler process instead of
  * one daemon), BENCH_LATENCY_RUNS ("1000x1,200x1": these latency runs instead of the standard four;
  * events/s x events per request), BENCH_E2E_DUMP=<path prefix> (each latency run's send time and

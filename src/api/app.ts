@@ -17,6 +17,7 @@ import { observeRequests } from "./middleware/observe.js";
 import { buildOpenApiDocument } from "./openapi/document.js";
 import { OPS_PATHS, opsAnswer } from "./ops-answers.js";
 import { QUEUE_BOARD_PATH, type QueueBoard } from "./queue-board.js";
+import { RouteGroups, type RouteRegistrar } from "./route-groups.js";
 import { adminRoutes } from "./routes/admin.js";
 import { componentRoutes } from "./routes/components.js";
 import { docsRoutes, OPENAPI_PATH } from "./routes/docs.js";
@@ -28,7 +29,7 @@ import { webhookRoutes } from "./routes/webhooks.js";
 import { workflowRoutes } from "./routes/workflows.js";
 
 /** Extra /v1 routes contributed by other features (events, ingress, deliveries). */
-export type RouteModule = (router: Router) => void;
+export type RouteModule = (router: RouteRegistrar) => void;
 
 export interface ApiDeps {
   readonly logger: Logger;
@@ -176,10 +177,14 @@ export function createApp(deps: ApiDeps): Koa {
     return guardAdmin(ctx, () => adminChain(ctx, next));
   };
 
-  const v1 = router("/v1");
   const user = requireUser(deps.authenticator ?? deps.users.store);
   const body = jsonBody(deps.bodyLimitBytes);
-  v1.use(user, body);
+  // One router per resource (route-groups.ts), each checking the API key and reading JSON bodies.
+  const v1 = new RouteGroups(
+    "/v1",
+    () => router("/v1").use(user, body),
+    (r) => allowedMethods(r) as unknown as Middleware,
+  );
   componentRoutes(v1, deps.components);
   sourceRoutes(v1, deps.sources);
   subscriptionRoutes(v1, deps.subscriptions);
@@ -187,15 +192,14 @@ export function createApp(deps: ApiDeps): Koa {
   userRoutes(v1, deps.users);
   workflowRoutes(v1, deps.workflows);
   for (const mod of deps.v1Modules ?? []) mod(v1);
-  const v1Routes = v1.routes() as unknown as Middleware;
-  const v1Allowed = allowedMethods(v1) as unknown as Middleware;
+  const v1Routes = v1.dispatch();
 
   const endpoints = deps.endpoints;
   // Dispatch by path prefix, so /v1 requests skip the ops, endpoint and admin middleware. Only
   // paths starting with /v1 can match the /v1 router, and none of those can match the others.
   const liveTail = deps.liveTail;
   const dispatch: Middleware = (ctx, next) => {
-    if (isV1Path(ctx.path) && ctx.path !== OPENAPI_PATH) return v1Routes(ctx, () => v1Allowed(ctx, next));
+    if (isV1Path(ctx.path) && ctx.path !== OPENAPI_PATH) return v1Routes(ctx, next);
     return opsRoutes(ctx, () =>
       opsAllowed(ctx, async () => {
         if (endpoints) await endpoints(ctx, () => adminGroup(ctx, next));
@@ -214,7 +218,7 @@ export function createApp(deps: ApiDeps): Koa {
   // in that order, without a koa-compose step between each.
   app.use((ctx, next) => observe(ctx, () => handleErrors(ctx, () => inner(ctx, next))));
   routeTables.set(app, [
-    ...layersOf([ops, admin, v1, ...(liveTail ? [liveTail.router] : [])]),
+    ...layersOf([ops, admin, ...v1.routers(), ...(liveTail ? [liveTail.router] : [])]),
     ...(endpoints ? mounted("/e/{token}", ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"], "path") : []),
     // The dashboard's page is GET /admin/queues; everything else of it lies below.
     ...(board ? mounted(QUEUE_BOARD_PATH, board.methods, "path").filter((r) => r.method === "GET" || r.path !== QUEUE_BOARD_PATH) : []),

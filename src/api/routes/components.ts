@@ -1,9 +1,9 @@
-import type { Router } from "@koa/router";
+import type { RouteRegistrar } from "../route-groups.js";
 import { componentView, type ComponentService } from "../../services/components.js";
 import { userIdOf } from "../middleware/auth.js";
 import { params, sendData } from "../params.js";
 
-export function componentRoutes(router: Router, components: ComponentService): void {
+export function componentRoutes(router: RouteRegistrar, components: ComponentService): void {
   router.post("/components", async (ctx) => {
     sendData(ctx, componentView(await components.create(userIdOf(ctx), params(ctx))));
   });

@@ -1,4 +1,4 @@
-import type { Router } from "@koa/router";
+import type { RouteRegistrar } from "../route-groups.js";
 import type { Queue } from "bullmq";
 import { countReplayable, planReplay } from "../../delivery/bulk-replay.js";
 import { replayDelivery } from "../../delivery/replay.js";
@@ -32,7 +32,7 @@ function replayView(r: ReplayState, settled: { delivered: number; failed: number
 
 /** The attempt log of a webhook, its queries, and replays of failed deliveries (SPEC §6, §12). */
 export function deliveryRoutes(deps: { webhooks: WebhookService; log: AttemptLog; replays: ReplayStore; queue: Queue; attempts: number }) {
-  return (router: Router): void => {
+  return (router: RouteRegistrar): void => {
     router.get("/webhooks/:id/deliveries", async (ctx) => {
       const userId = userIdOf(ctx);
       const p = params(ctx);

@@ -1,4 +1,4 @@
-import type { Router } from "@koa/router";
+import type { RouteRegistrar } from "../route-groups.js";
 import type { Context } from "koa";
 import { ValidationError } from "../../domain/errors.js";
 import { isEventId } from "../../domain/ids.js";
@@ -44,7 +44,7 @@ function optionalEventId(raw: unknown, name: string): string | null {
 
 /** Event summaries, event deletion and the workflow ingress (SPEC §2 event summaries, §3). */
 export function eventRoutes(deps: EventRouteDeps) {
-  return (router: Router): void => {
+  return (router: RouteRegistrar): void => {
     router.get("/sources/:id/event_summaries", async (ctx) => {
       const userId = userIdOf(ctx);
       const source = await deps.sources.get(userId, ctx.params.id);

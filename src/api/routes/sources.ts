@@ -1,9 +1,9 @@
-import type { Router } from "@koa/router";
+import type { RouteRegistrar } from "../route-groups.js";
 import { sourceView, type SourceService } from "../../services/sources.js";
 import { userIdOf } from "../middleware/auth.js";
 import { noContent, pageRequest, params, sendData, sendPage } from "../params.js";
 
-export function sourceRoutes(router: Router, sources: SourceService): void {
+export function sourceRoutes(router: RouteRegistrar, sources: SourceService): void {
   router.get("/users/me/sources", async (ctx) => {
     const page = await sources.list(userIdOf(ctx), pageRequest(ctx));
     sendPage(ctx, { page_info: page.page_info, data: page.data.map((s) => sourceView(s, false)) });

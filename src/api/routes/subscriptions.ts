@@ -1,9 +1,9 @@
-import type { Router } from "@koa/router";
+import type { RouteRegistrar } from "../route-groups.js";
 import type { SubscriptionService } from "../../services/subscriptions.js";
 import { userIdOf } from "../middleware/auth.js";
 import { noContent, params, sendData, sendList } from "../params.js";
 
-export function subscriptionRoutes(router: Router, subscriptions: SubscriptionService): void {
+export function subscriptionRoutes(router: RouteRegistrar, subscriptions: SubscriptionService): void {
   router.post("/subscriptions", async (ctx) => {
     sendData(ctx, await subscriptions.create(userIdOf(ctx), params(ctx)));
   });

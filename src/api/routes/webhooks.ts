@@ -1,9 +1,9 @@
-import type { Router } from "@koa/router";
+import type { RouteRegistrar } from "../route-groups.js";
 import { CLOSED_CIRCUIT, rotationView, secretView, webhookView, type WebhookService } from "../../services/webhooks.js";
 import { userIdOf } from "../middleware/auth.js";
 import { noContent, pageRequest, params, sendData, sendPage } from "../params.js";
 
-export function webhookRoutes(router: Router, webhooks: WebhookService): void {
+export function webhookRoutes(router: RouteRegistrar, webhooks: WebhookService): void {
   router.post("/webhooks", async (ctx) => {
     sendData(ctx, webhookView(await webhooks.create(userIdOf(ctx), params(ctx)), true, CLOSED_CIRCUIT));
   });

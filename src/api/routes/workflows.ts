@@ -1,10 +1,10 @@
-import type { Router } from "@koa/router";
+import type { RouteRegistrar } from "../route-groups.js";
 import type { WorkflowService } from "../../services/workflows.js";
 import { userIdOf } from "../middleware/auth.js";
 import { noContent, pageRequest, params, sendData, sendPage } from "../params.js";
 
 /** The workflow registry (SPEC §3). */
-export function workflowRoutes(router: Router, workflows: WorkflowService): void {
+export function workflowRoutes(router: RouteRegistrar, workflows: WorkflowService): void {
   router.put("/workflows/:id", async (ctx) => {
     sendData(ctx, await workflows.upsert(userIdOf(ctx), ctx.params.id, params(ctx)));
   });

@@ -1,0 +1,142 @@
+/**
+ * Interleaved single-emit ingest: the Koa + EVALSHA baseline (bench/baseline-child.ts) and one or
+ * two daemons (this checkout and, with AB_ROOT, another checkout: an A/B of a change) run side by
+ * side on one embedded Redis, and the load moves between them in short slices, round after round
+ * (the order rotates each round). A shared host whose speed drifts from one minute to the next
+ * then slows every arm alike, which the back-to-back phases of `npm run bench` cannot promise: in
+ * those the baseline alone moved between 85 and 207 µs per request from run to run.
+ *
+ * Reports per arm the median over rounds of CPU µs per request (the process and its children) and
+ * of req/s, and each daemon's per-round ratio to the baseline (median and range).
+ *
+ *   npx tsx bench/ab-ingest.ts               # this checkout against the baseline
+ *   AB_ROOT=/tmp/base npx tsx bench/ab-ingest.ts   # and another checkout (built here first)
+ *
+ * Knobs: AB_ROUNDS (8), AB_SLICE_S (3), AB_WARMUP_S (3), BENCH_CONNECTIONS (8), AB_DAEMON_ENV
+ * ("K=V,..." for every daemon).
+ */
+import { randomBytes } from "node:crypto";
+import { startEmbeddedRedis } from "../src/redis/embedded.js";
+import { spawnNode, ROOT } from "./child.js";
+import { cpuMeter } from "./cpu.js";
+import { apiData, buildDaemon, type DaemonProcess, startDaemonProcess } from "./daemon-process.js";
+import { hammer, smallEvent } from "./load.js";
+import { RUNTIME_DAEMON_ENV } from "./runtime.js";
+
+const int = (name: string, dflt: number) => {
+  const v = Number(process.env[name]);
+  return Number.isInteger(v) && v > 0 ? v : dflt;
+};
+const ROUNDS = int("AB_ROUNDS", 8);
+const SLICE_S = int("AB_SLICE_S", 3);
+const WARMUP_S = int("AB_WARMUP_S", 3);
+const CONNECTIONS = int("BENCH_CONNECTIONS", 8);
+const OTHER_ROOT = process.env.AB_ROOT;
+
+function daemonEnv(): Record<string, string> {
+  const out: Record<string, string> = { ...RUNTIME_DAEMON_ENV };
+  for (const pair of (process.env.AB_DAEMON_ENV ?? "").split(",")) {
+    const i = pair.indexOf("=");
+    if (i > 0) out[pair.slice(0, i).trim()] = pair.slice(i + 1).trim();
+  }
+  return out;
+}
+
+interface Arm {
+  readonly name: string;
+  readonly pid: number;
+  readonly url: string;
+  readonly headers: Record<string, string>;
+  readonly us: number[];
+  readonly rps: number[];
+}
+
+const median = (xs: readonly number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
+};
+
+async function main(): Promise<void> {
+  const log = (msg: string) => process.stderr.write(`[ab] ${msg}\n`);
+  buildDaemon(ROOT);
+  if (OTHER_ROOT) buildDaemon(OTHER_ROOT);
+  const redis = await startEmbeddedRedis();
+  const stops: (() => Promise<unknown>)[] = [() => redis.close()];
+  try {
+    const adminToken = `ab-admin-${randomBytes(8).toString("hex")}`;
+    const daemons: [string, DaemonProcess][] = [];
+    for (const [name, root] of [["this", ROOT], ...(OTHER_ROOT ? [["other", OTHER_ROOT]] : [])] as [string, string][]) {
+      const d = await startDaemonProcess({ redisUrl: redis.url, adminToken, env: daemonEnv(), root }, `daemon(${name})`);
+      stops.unshift(() => d.stop());
+      daemons.push([name, d]);
+    }
+    const first = (daemons[0] as [string, DaemonProcess])[1];
+    const user = await apiData<{ api_key: string }>(
+      first.url,
+      adminToken,
+      "POST",
+      "/admin/users",
+      { username: "ab", email: "ab@example.com", plan: "paid" },
+      201,
+    );
+    const baseline = spawnNode("koa-evalsha", ["--import", "tsx"], "bench/baseline-child.ts", ["koa-evalsha"], { REDIS_URL: redis.url });
+    stops.unshift(() => baseline.stop());
+    const port = (await baseline.waitForLine(/^READY (\d+)/, 30_000))[1];
+    const arms: Arm[] = [
+      {
+        name: "Koa + EVALSHA",
+        pid: baseline.pid,
+        url: `http://127.0.0.1:${port}/v1/workflows/p_bench/events`,
+        headers: { authorization: "Bearer x" },
+        us: [],
+        rps: [],
+      },
+      ...daemons.map(([name, d]) => ({
+        name: `daemon (${name})`,
+        pid: d.child.pid,
+        url: `${d.url}/v1/workflows/p_ab_ingest/events`,
+        headers: { authorization: `Bearer ${user.api_key}` },
+        us: [],
+        rps: [],
+      })),
+    ];
+    const body = JSON.stringify({ event: smallEvent(1) });
+    for (const a of arms) await hammer({ url: a.url, body, headers: a.headers, durationS: WARMUP_S, connections: CONNECTIONS });
+    log(`${arms.length} arms, ${ROUNDS} rounds of ${SLICE_S} s slices, ${CONNECTIONS} connections`);
+    let other = 0;
+    for (let r = 0; r < ROUNDS; r++) {
+      const line: string[] = [];
+      for (let k = 0; k < arms.length; k++) {
+        const a = arms[(r + k) % arms.length] as Arm;
+        const meter = cpuMeter({ arm: a.pid });
+        const res = await hammer({ url: a.url, body, headers: a.headers, durationS: SLICE_S, connections: CONNECTIONS });
+        const { pct, wallMs } = meter();
+        if (res.bad > 0) throw new Error(`${a.name}: ${res.bad} failed requests`);
+        a.us.push((((pct.arm ?? 0) / 100) * wallMs * 1000) / res.ok);
+        a.rps.push(res.reqPerSec);
+        other = Math.max(other, pct.other ?? 0);
+        line.push(`${a.name} ${Math.round(a.us.at(-1) as number)} µs ${Math.round(res.reqPerSec)}/s`);
+      }
+      log(`round ${r + 1}: ${line.join(" · ")}`);
+    }
+    const base = arms[0] as Arm;
+    const out: string[] = [
+      `| arm | CPU µs/request (median) | req/s (median) | req/s ÷ baseline, per round: median (range) | CPU ÷ baseline's: median |`,
+      `|---|---|---|---|---|`,
+    ];
+    for (const a of arms) {
+      const ratios = a.rps.map((x, i) => x / (base.rps[i] as number));
+      const cpu = a.us.map((x, i) => (base.us[i] as number) / x);
+      out.push(
+        `| ${a.name} | ${median(a.us).toFixed(0)} | ${median(a.rps).toFixed(0)} | ${median(ratios).toFixed(2)}× (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}) | ${median(cpu).toFixed(2)}× |`,
+      );
+    }
+    process.stdout.write(`${out.join("\n")}\n(other CPU peaked at ${Math.round(other)} % of a core)\n`);
+  } finally {
+    for (const s of stops) await s().catch(() => undefined);
+  }
+}
+
+await main();
+process.exit(0);
