@@ -27,7 +27,22 @@ afterAll(async () => {
 /** Appends ARGV[1] to the list KEYS[1] and returns its new length (a unique source per test run). */
 const APPEND = script("testScriptAppend", 1, `-- ${randomBytes(6).toString("hex")}\nreturn redis.call('RPUSH', KEYS[1], ARGV[1])`);
 
+/** Answers its keys and arguments as it received them (a unique source per test run). */
+const ECHO = script("testScriptEcho", 2, `-- ${randomBytes(6).toString("hex")}\nreturn {KEYS[1], KEYS[2], unpack(ARGV)}`);
+
 describe("store/script defineScript", () => {
+  it("frames keys and arguments of any UTF-8 length, numbers and empty strings (EVAL, then EVALSHA)", async () => {
+    const redis = connect(true);
+    await redis.ping();
+    const echo = defineScript(redis, ECHO);
+    const keys = [`${prefix}:ключ:{é}`, `${prefix}:🔑`];
+    const args = ["", "plain", "ünïcödé ✓ 𝄞", 42, -1.5, "a\r\nb", "x".repeat(70_000)];
+    const want = [...keys, "", "plain", "ünïcödé ✓ 𝄞", "42", "-1.5", "a\r\nb", "x".repeat(70_000)];
+    // The first call on the socket sends the script (EVAL), the second its digest (EVALSHA).
+    expect(await echo(keys, args)).toEqual(want);
+    expect(await echo(keys, args)).toEqual(want);
+  });
+
   for (const autoPipeline of [true, false]) {
     it(`keeps the order of the calls of one tick (auto-pipelining ${autoPipeline ? "on" : "off"})`, async () => {
       const redis = connect(autoPipeline);
