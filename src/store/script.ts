@@ -84,7 +84,8 @@ interface ScriptCallArgs {
  * its promise, the command timeout, the offline queue, a resend after a reconnection) is ioredis's own.
  */
 class ScriptCommand extends Command {
-  private readonly call: ScriptCallArgs;
+  /** Read by the `args` accessor below. */
+  readonly call: ScriptCallArgs;
   constructor(
     name: "eval" | "evalsha",
     private readonly frame: string,
