@@ -1,8 +1,8 @@
 /**
  * Interleaved single-emit ingest: the Koa + EVALSHA baseline (bench/baseline-child.ts) and one or
  * two daemons (this checkout and, with AB_ROOT, another checkout: an A/B of a change) run side by
- * side on one embedded Redis, and the load moves between them in short slices, round after round
- * (the order rotates each round). A shared host whose speed drifts from one minute to the next
+ * side, each on an embedded Redis of its own, and the load moves between them in short slices,
+ * round after round (the order rotates each round). A shared host whose speed drifts from one minute to the next
  * then slows every arm alike, which the back-to-back phases of `npm run bench` cannot promise: in
  * those the baseline alone moved between 85 and 207 µs per request from run to run.
  *
@@ -49,6 +49,8 @@ interface Arm {
   readonly headers: Record<string, string>;
   readonly us: number[];
   readonly rps: number[];
+  /** Answered requests, warm-up included (to divide a process's own totals by, e.g. --trace-gc-nvp's allocated bytes). */
+  requests: number;
 }
 
 const median = (xs: readonly number[]) => {
@@ -65,21 +67,24 @@ async function main(): Promise<void> {
   const stops: (() => Promise<unknown>)[] = [() => redis.close()];
   try {
     const adminToken = `ab-admin-${randomBytes(8).toString("hex")}`;
-    const daemons: [string, DaemonProcess][] = [];
+    // Each daemon has a Redis of its own: on a shared one, the first daemon would hold the
+    // leases (timers, housekeeping, the queue monitor) and pay for that work in its slices.
+    const daemons: { name: string; d: DaemonProcess; key: string }[] = [];
     for (const [name, root] of [["this", ROOT], ...(OTHER_ROOT ? [["other", OTHER_ROOT]] : [])] as [string, string][]) {
-      const d = await startDaemonProcess({ redisUrl: redis.url, adminToken, env: daemonEnv(), root }, `daemon(${name})`);
+      const own = await startEmbeddedRedis();
+      stops.unshift(() => own.close());
+      const d = await startDaemonProcess({ redisUrl: own.url, adminToken, env: daemonEnv(), root }, `daemon(${name})`);
       stops.unshift(() => d.stop());
-      daemons.push([name, d]);
+      const user = await apiData<{ api_key: string }>(
+        d.url,
+        adminToken,
+        "POST",
+        "/admin/users",
+        { username: "ab", email: "ab@example.com", plan: "paid" },
+        201,
+      );
+      daemons.push({ name, d, key: user.api_key });
     }
-    const first = (daemons[0] as [string, DaemonProcess])[1];
-    const user = await apiData<{ api_key: string }>(
-      first.url,
-      adminToken,
-      "POST",
-      "/admin/users",
-      { username: "ab", email: "ab@example.com", plan: "paid" },
-      201,
-    );
     const baseline = spawnNode("koa-evalsha", ["--import", "tsx"], "bench/baseline-child.ts", ["koa-evalsha"], { REDIS_URL: redis.url });
     stops.unshift(() => baseline.stop());
     const port = (await baseline.waitForLine(/^READY (\d+)/, 30_000))[1];
@@ -91,18 +96,21 @@ async function main(): Promise<void> {
         headers: { authorization: "Bearer x" },
         us: [],
         rps: [],
+        requests: 0,
       },
-      ...daemons.map(([name, d]) => ({
+      ...daemons.map(({ name, d, key }) => ({
         name: `daemon (${name})`,
         pid: d.child.pid,
         url: `${d.url}/v1/workflows/p_ab_ingest/events`,
-        headers: { authorization: `Bearer ${user.api_key}` },
+        headers: { authorization: `Bearer ${key}` },
         us: [],
         rps: [],
+        requests: 0,
       })),
     ];
     const body = JSON.stringify({ event: smallEvent(1) });
-    for (const a of arms) await hammer({ url: a.url, body, headers: a.headers, durationS: WARMUP_S, connections: CONNECTIONS });
+    for (const a of arms)
+      a.requests += (await hammer({ url: a.url, body, headers: a.headers, durationS: WARMUP_S, connections: CONNECTIONS })).ok;
     log(`${arms.length} arms, ${ROUNDS} rounds of ${SLICE_S} s slices, ${CONNECTIONS} connections`);
     let other = 0;
     for (let r = 0; r < ROUNDS; r++) {
@@ -115,6 +123,7 @@ async function main(): Promise<void> {
         if (res.bad > 0) throw new Error(`${a.name}: ${res.bad} failed requests`);
         a.us.push((((pct.arm ?? 0) / 100) * wallMs * 1000) / res.ok);
         a.rps.push(res.reqPerSec);
+        a.requests += res.ok;
         other = Math.max(other, pct.other ?? 0);
         line.push(`${a.name} ${Math.round(a.us.at(-1) as number)} µs ${Math.round(res.reqPerSec)}/s`);
       }
@@ -122,14 +131,14 @@ async function main(): Promise<void> {
     }
     const base = arms[0] as Arm;
     const out: string[] = [
-      `| arm | CPU µs/request (median) | req/s (median) | req/s ÷ baseline, per round: median (range) | CPU ÷ baseline's: median |`,
-      `|---|---|---|---|---|`,
+      `| arm | CPU µs/request (median) | req/s (median) | req/s ÷ baseline, per round: median (range) | CPU ÷ baseline's: median | requests (pid) |`,
+      `|---|---|---|---|---|---|`,
     ];
     for (const a of arms) {
       const ratios = a.rps.map((x, i) => x / (base.rps[i] as number));
       const cpu = a.us.map((x, i) => (base.us[i] as number) / x);
       out.push(
-        `| ${a.name} | ${median(a.us).toFixed(0)} | ${median(a.rps).toFixed(0)} | ${median(ratios).toFixed(2)}× (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}) | ${median(cpu).toFixed(2)}× |`,
+        `| ${a.name} | ${median(a.us).toFixed(0)} | ${median(a.rps).toFixed(0)} | ${median(ratios).toFixed(2)}× (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}) | ${median(cpu).toFixed(2)}× | ${a.requests} (${a.pid}) |`,
       );
     }
     process.stdout.write(`${out.join("\n")}\n(other CPU peaked at ${Math.round(other)} % of a core)\n`);

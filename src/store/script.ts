@@ -65,64 +65,9 @@ function defineClusterScript(redis: Cluster, def: ScriptDef): ScriptCall {
   };
 }
 
-/** One RESP bulk string: `$<bytes>\r\n<text>\r\n`. */
-const bulk = (text: string) => `$${Buffer.byteLength(text)}\r\n${text}\r\n`;
-
-/** A script call as the caller made it: what ioredis shows as a command's arguments. */
-interface ScriptCallArgs {
-  readonly script: string;
-  readonly numberOfKeys: number;
-  readonly keys: readonly string[];
-  readonly args: readonly (string | number)[];
-}
-
-/**
- * An EVAL or EVALSHA whose RESP frame is written here in one pass: the command name, the script
- * (or its digest) and the key count are one constant head per script, then each key and argument.
- * ioredis's `Command` would copy the arguments twice (the caller's spread, its own `flat()`), check
- * each one's type, and concatenate the same frame again in `toWritable`; everything else (the reply,
- * its promise, the command timeout, the offline queue, a resend after a reconnection) is ioredis's own.
- */
-class ScriptCommand extends Command {
-  /** Read by the `args` accessor below. */
-  readonly call: ScriptCallArgs;
-  constructor(
-    name: "eval" | "evalsha",
-    private readonly frame: string,
-    call: ScriptCallArgs,
-  ) {
-    super(name, [], { replyEncoding: "utf8" });
-    this.call = call;
-  }
-  override toWritable(): string {
-    return this.frame;
-  }
-}
-// ioredis reads a command's `args` only for debug output and traces (and the cluster-slots lint
-// reads them): built when read, from the call (empty while ioredis's constructor runs).
-Object.defineProperty(ScriptCommand.prototype, "args", {
-  get(this: { call?: ScriptCallArgs }) {
-    const c = this.call;
-    return c === undefined ? [] : [c.script, c.numberOfKeys, ...c.keys, ...c.args];
-  },
-  set() {},
-});
-
-/** The RESP frame of a script call: `head` is the name, script or digest and key count, already framed. */
-function scriptFrame(head: string, parts: number, keys: readonly string[], args: readonly (string | number)[]): string {
-  let frame = `*${parts + keys.length + args.length}\r\n${head}`;
-  for (const key of keys) frame += bulk(key);
-  for (const arg of args) frame += bulk(typeof arg === "string" ? arg : String(arg));
-  return frame;
-}
-
 function defineNodeScript(redis: Redis, def: ScriptDef): ScriptCall {
   const { name, numberOfKeys, lua } = def;
   const sha = createHash("sha1").update(lua).digest("hex");
-  const heads = {
-    eval: bulk("eval") + bulk(lua) + bulk(String(numberOfKeys)),
-    evalsha: bulk("evalsha") + bulk(sha) + bulk(String(numberOfKeys)),
-  };
   /** Sockets this script was sent on in full (a reconnection opens a new one). */
   const loadedOn = new WeakSet<object>();
   const batchWrites = redis.options.enableAutoPipelining === true;
@@ -145,7 +90,7 @@ function defineNodeScript(redis: Redis, def: ScriptDef): ScriptCall {
       corked = socket;
       setImmediate(uncork);
     }
-    const cmd = new ScriptCommand(command, scriptFrame(heads[command], 3, keys, args), { script: head, numberOfKeys, keys, args });
+    const cmd = new Command(command, [head, numberOfKeys, ...keys, ...args], { replyEncoding: "utf8" });
     redis.sendCommand(cmd);
     return cmd.promise;
   };
