@@ -100,7 +100,9 @@ export class EventStore {
    * written, when it does not), and after `charge` tokens are taken from the user's ingress bucket
    * in the same step (`waitMs`, nothing written, when the bucket cannot pay).
    */
-  async recordGuarded(input: RecordInput, guardKey: string | undefined, charge?: IngressCharge): Promise<ChargedRecord | null> {
+  recordGuarded(input: RecordInput, guardKey: string | undefined, charge?: IngressCharge): Promise<ChargedRecord | null> {
+    // Not async (an emit's hot path): the script's promise with one step after it; a throw here
+    // reaches the caller, which awaits this.
     const channel = normalizeChannel(input.channel);
     const summaryKey = this.keys.events(input.userId, input.emitterId, channel);
     // The script checks KEYS[6] only when it differs from KEYS[1] (a guard is never a summary stream).
@@ -134,9 +136,11 @@ export class EventStore {
       guardKey ?? summaryKey,
       charge?.key ?? summaryKey,
     ];
-    const reply = (await this.recordScript(keys, args)) as string[] | number | null;
-    if (reply === null) return null;
-    return typeof reply === "number" ? { waitMs: reply } : { ids: reply };
+    return this.recordScript(keys, args).then((answer) => {
+      const reply = answer as string[] | number | null;
+      if (reply === null) return null;
+      return typeof reply === "number" ? { waitMs: reply } : { ids: reply };
+    });
   }
 
   /** Summaries newest first; `after`/`before` are event ids; events over 1 KB truncated unless expanded. */

@@ -1,4 +1,4 @@
-import type { Context, Next } from "koa";
+import type { Context } from "koa";
 import type { Logger } from "../../observability/logger.js";
 import { AppError, PayloadTooLargeError, UnavailableError, ValidationError } from "../../domain/errors.js";
 
@@ -63,11 +63,13 @@ export function toAppError(err: unknown): AppError | undefined {
 /**
  * The one place that turns errors into responses: `{"error": "<message>", "code": "<snake_case>"}`.
  * Expected 4xx log at debug; anything unknown is logged in full and answered with a generic 500.
+ * Two synchronous halves, which the app's outermost layer calls around routing (api/app.ts: one
+ * async function for the metrics and the error answers, not one each).
  */
-export function errorHandler(logger: Logger) {
-  return async function handleErrors(ctx: Context, next: Next): Promise<void> {
-    try {
-      await next();
+export function errorAnswers(logger: Logger) {
+  return {
+    /** After routing: a 404 or 405 nothing answered gets its JSON body. */
+    unanswered(ctx: Context): void {
       if (ctx.status === 404 && ctx.body === undefined) {
         ctx.status = 404;
         ctx.body = { error: `no route for ${ctx.method} ${ctx.path}`, code: "route_not_found" };
@@ -79,7 +81,9 @@ export function errorHandler(logger: Logger) {
           code: "method_not_allowed",
         };
       }
-    } catch (err) {
+    },
+    /** Whatever routing threw or rejected with, as the answer. */
+    failed(ctx: Context, err: unknown): void {
       const known = toAppError(err);
       if (known) {
         if (known.status >= 500) logger.warn({ err, code: known.code, path: ctx.path }, "request failed");
@@ -92,6 +96,6 @@ export function errorHandler(logger: Logger) {
       logger.error({ err, method: ctx.method, path: ctx.path }, "unhandled error");
       ctx.status = 500;
       ctx.body = { error: "internal server error", code: "internal_error" };
-    }
+    },
   };
 }
