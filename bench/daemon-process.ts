@@ -26,6 +26,8 @@ export interface DaemonProcessOptions {
   readonly ready?: (pid: number) => Promise<boolean>;
   /** The checkout to run (its dist/); default BENCH_DAEMON_ROOT or this one. */
   readonly root?: string;
+  /** Extra node flags, after BENCH_DAEMON_NODE_FLAGS's. */
+  readonly flags?: readonly string[];
 }
 
 /** BENCH_DAEMON_ENV="K=V,K2=V2": extra daemon settings (e.g. DELIVERY_CONCURRENCY=128) for experiments. */
@@ -75,7 +77,7 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
     ...extraEnv(),
   };
   // BENCH_DAEMON_NODE_FLAGS="--trace-gc ...": extra node flags for the daemon (see BENCH_CHILD_LOG).
-  const flags = (process.env.BENCH_DAEMON_NODE_FLAGS ?? "").split(" ").filter(Boolean);
+  const flags = [...(process.env.BENCH_DAEMON_NODE_FLAGS ?? "").split(" ").filter(Boolean), ...(opts.flags ?? [])];
   // The compiled daemon, as `npm start` runs it (see buildDaemon); BENCH_DAEMON_TSX=1 runs the
   // TypeScript sources through tsx instead (its transform wraps every closure in a naming helper).
   const child = TSX_DAEMON
