@@ -109,7 +109,30 @@ function siteOf(stack: string | undefined): string {
 }
 
 function argsOf(cmd: Command): (string | Buffer | number)[] {
+  // The script loader (src/store/script.ts) writes its calls' frames itself and leaves `args` empty.
+  if (cmd.args.length === 0 && (cmd.name === "eval" || cmd.name === "evalsha")) return respArgs(cmd.toWritable({}));
   return cmd.args.map((a) => (typeof a === "string" || typeof a === "number" || Buffer.isBuffer(a) ? a : String(a)));
+}
+
+/** The arguments of a RESP command frame (`*<n>` then `$<bytes>` bulk strings), without the command name. */
+function respArgs(frame: string | Buffer): string[] {
+  const buf = Buffer.isBuffer(frame) ? frame : Buffer.from(frame, "utf8");
+  const line = (from: number) => {
+    const end = buf.indexOf("\r\n", from);
+    return { text: buf.subarray(from, end).toString("latin1"), next: end + 2 };
+  };
+  let at = 0;
+  const count = line(at);
+  if (!count.text.startsWith("*")) throw new Error(`not a RESP array: ${count.text}`);
+  at = count.next;
+  const parts: string[] = [];
+  for (let i = 0; i < Number(count.text.slice(1)); i++) {
+    const len = line(at);
+    const bytes = Number(len.text.slice(1));
+    parts.push(buf.subarray(len.next, len.next + bytes).toString("utf8"));
+    at = len.next + bytes + 2;
+  }
+  return parts.slice(1);
 }
 
 /**
