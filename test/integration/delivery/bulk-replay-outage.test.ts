@@ -77,8 +77,12 @@ describe("bulk replay driver during a Redis outage", () => {
       timeoutMs: 20_000,
       what: "the recovery line",
     });
-    expect(failed()).toHaveLength(1);
-    expect(lines.filter((l) => String(l.msg).startsWith("bulk replay driver tick failed"))).toHaveLength(2);
+    // The outage is one line and its end one line. What follows the recovery line is not this
+    // outage's: on a loaded machine the reconnected client can drop once more right after the first
+    // good tick, which is a streak (and a line) of its own.
+    const upToRecovery = lines.slice(0, lines.indexOf(recovered) + 1);
+    expect(upToRecovery.filter((l) => l.msg === "bulk replay driver tick failed")).toHaveLength(1);
+    expect(upToRecovery.filter((l) => String(l.msg).startsWith("bulk replay driver tick failed"))).toHaveLength(2);
     // Many failed ticks behind those two lines.
     expect(recovered.failures).toBeGreaterThanOrEqual(5);
   }, 60_000);
