@@ -19,7 +19,7 @@ import { randomBytes } from "node:crypto";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { spawnNode, ROOT } from "./child.js";
 import { cpuMeter } from "./cpu.js";
-import { apiData, buildDaemon, type DaemonProcess, startDaemonProcess } from "./daemon-process.js";
+import { buildDaemon, createPaidUser, type DaemonProcess, startDaemonProcess } from "./daemon-process.js";
 import { hammer, smallEvent } from "./load.js";
 import { RUNTIME_DAEMON_ENV } from "./runtime.js";
 
@@ -75,15 +75,7 @@ async function main(): Promise<void> {
       stops.unshift(() => own.close());
       const d = await startDaemonProcess({ redisUrl: own.url, adminToken, env: daemonEnv(), root }, `daemon(${name})`);
       stops.unshift(() => d.stop());
-      const user = await apiData<{ api_key: string }>(
-        d.url,
-        adminToken,
-        "POST",
-        "/admin/users",
-        { username: "ab", email: "ab@example.com", plan: "paid" },
-        201,
-      );
-      daemons.push({ name, d, key: user.api_key });
+      daemons.push({ name, d, key: await createPaidUser(d.url, adminToken, "ab") });
     }
     const baseline = spawnNode("koa-evalsha", ["--import", "tsx"], "bench/baseline-child.ts", ["koa-evalsha"], { REDIS_URL: redis.url });
     stops.unshift(() => baseline.stop());

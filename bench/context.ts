@@ -13,7 +13,15 @@ import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { createKeys, type Keys } from "../src/store/keys.js";
 import { RunStream } from "../src/store/run-stream.js";
 import { outboxLength } from "../src/store/outbox-stream.js";
-import { apiData, buildDaemon, type DaemonProcess, type Deployment, startDaemonProcess, startDeployment } from "./daemon-process.js";
+import {
+  apiData,
+  buildDaemon,
+  createPaidUser,
+  type DaemonProcess,
+  type Deployment,
+  startDaemonProcess,
+  startDeployment,
+} from "./daemon-process.js";
 import { smallEvent } from "./load.js";
 import { type Cost, startMeter } from "./meter.js";
 import { type Receiver, startReceiver } from "./receiver.js";
@@ -255,15 +263,7 @@ export async function buildContext(o: ContextOptions): Promise<BenchContext> {
     } else {
       setupUrl = (await ctx.deploy()).url;
     }
-    const user = await apiData<{ api_key: string }>(
-      setupUrl,
-      adminToken,
-      "POST",
-      "/admin/users",
-      { username: "bench", email: "bench@example.com", plan: "paid" },
-      201,
-    );
-    key = user.api_key;
+    key = await createPaidUser(setupUrl, adminToken, "bench");
     const hook = await apiData<{ id: string }>(setupUrl, key, "POST", "/v1/webhooks", { url: receiver.url, name: "bench" }, 200);
     for (const emitter of [DRAIN_WORKFLOW, LATENCY_WORKFLOW]) {
       await apiData(setupUrl, key, "POST", "/v1/subscriptions", { emitter_id: emitter, listener_id: hook.id }, 200);

@@ -136,6 +136,19 @@ export async function apiData<T>(base: string, token: string, method: string, pa
   return (r.body as { data: T }).data;
 }
 
+/** Creates a paid user through the admin API (the bench's, the A/B's, the promise count's); returns its API key. */
+export async function createPaidUser(base: string, adminToken: string, username: string): Promise<string> {
+  const user = await apiData<{ api_key: string }>(
+    base,
+    adminToken,
+    "POST",
+    "/admin/users",
+    { username, email: `${username}@example.com`, plan: "paid" },
+    201,
+  );
+  return user.api_key;
+}
+
 /**
  * What the phases run against: one full daemon, or (BENCH_SPLIT=1) an API process plus a
  * worker+scheduler process sharing the Redis, as ROLES allows.

@@ -12,7 +12,7 @@ import path from "node:path";
 import { request } from "undici";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { ROOT } from "./child.js";
-import { apiData, buildDaemon, startDaemonProcess } from "./daemon-process.js";
+import { buildDaemon, createPaidUser, startDaemonProcess } from "./daemon-process.js";
 
 const root = process.argv[2] ?? ROOT;
 const WARMUP = 500;
@@ -23,16 +23,9 @@ const adminToken = randomBytes(12).toString("hex");
 const hook = path.join(ROOT, "bench/promise-hook.mjs");
 const d = await startDaemonProcess({ redisUrl: redis.url, adminToken, root, flags: ["--import", hook] }, "daemon");
 try {
-  const user = await apiData<{ api_key: string }>(
-    d.url,
-    adminToken,
-    "POST",
-    "/admin/users",
-    { username: "promises", email: "promises@example.com", plan: "paid" },
-    201,
-  );
+  const apiKey = await createPaidUser(d.url, adminToken, "promises");
   const body = JSON.stringify({ event: { seq: 1, kind: "bench", msg: "hello from the bench", n: 42, ok: true } });
-  const headers = { authorization: `Bearer ${user.api_key}`, "content-type": "application/json" };
+  const headers = { authorization: `Bearer ${apiKey}`, "content-type": "application/json" };
   const emit = async () => {
     const r = await request(`${d.url}/v1/workflows/p_promises/events`, { method: "POST", headers, body });
     await r.body.text();
