@@ -6,8 +6,10 @@
  * then slows every arm alike, which the back-to-back phases of `npm run bench` cannot promise: in
  * those the baseline alone moved between 85 and 207 µs per request from run to run.
  *
- * Reports per arm the median over rounds of CPU µs per request (the process and its children) and
- * of req/s, and each daemon's per-round ratio to the baseline (median and range).
+ * Reports per arm the median over rounds of CPU µs per request (the process and its children), of
+ * its Redis server's CPU µs per request and of req/s, and each daemon's per-round ratio to the
+ * baseline (median and range); then the script calls (EVAL/EVALSHA) each daemon's Redis ran per
+ * request it answered (the record step's group commit shows as fewer than one).
  *
  *   npx tsx bench/ab-ingest.ts               # this checkout against the baseline
  *   AB_ROOT=/tmp/base npx tsx bench/ab-ingest.ts   # and another checkout (built here first)
@@ -16,6 +18,7 @@
  * ("K=V,..." for every daemon).
  */
 import { randomBytes } from "node:crypto";
+import { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { spawnNode, ROOT } from "./child.js";
 import { cpuMeter } from "./cpu.js";
@@ -48,6 +51,9 @@ interface Arm {
   readonly url: string;
   readonly headers: Record<string, string>;
   readonly us: number[];
+  /** The arm's Redis server: its CPU µs per request, per slice. */
+  readonly redisPid: number | undefined;
+  readonly redisUs: number[];
   readonly rps: number[];
   /** Answered requests, warm-up included (to divide a process's own totals by, e.g. --trace-gc-nvp's allocated bytes). */
   requests: number;
@@ -59,6 +65,19 @@ const median = (xs: readonly number[]) => {
   return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
 };
 
+/** EVAL and EVALSHA calls a Redis has run (INFO commandstats). */
+async function scriptCalls(url: string): Promise<number> {
+  const redis = new Redis(url);
+  try {
+    const info = await redis.info("commandstats");
+    let n = 0;
+    for (const m of info.matchAll(/^cmdstat_(?:eval|evalsha):calls=(\d+)/gm)) n += Number(m[1]);
+    return n;
+  } finally {
+    redis.disconnect();
+  }
+}
+
 async function main(): Promise<void> {
   const log = (msg: string) => process.stderr.write(`[ab] ${msg}\n`);
   buildDaemon(ROOT);
@@ -69,13 +88,13 @@ async function main(): Promise<void> {
     const adminToken = `ab-admin-${randomBytes(8).toString("hex")}`;
     // Each daemon has a Redis of its own: on a shared one, the first daemon would hold the
     // leases (timers, housekeeping, the queue monitor) and pay for that work in its slices.
-    const daemons: { name: string; d: DaemonProcess; key: string }[] = [];
+    const daemons: { name: string; d: DaemonProcess; key: string; redisUrl: string; redisPid: number | undefined }[] = [];
     for (const [name, root] of [["this", ROOT], ...(OTHER_ROOT ? [["other", OTHER_ROOT]] : [])] as [string, string][]) {
       const own = await startEmbeddedRedis();
       stops.unshift(() => own.close());
       const d = await startDaemonProcess({ redisUrl: own.url, adminToken, env: daemonEnv(), root }, `daemon(${name})`);
       stops.unshift(() => d.stop());
-      daemons.push({ name, d, key: await createPaidUser(d.url, adminToken, "ab") });
+      daemons.push({ name, d, key: await createPaidUser(d.url, adminToken, "ab"), redisUrl: own.url, redisPid: own.pid });
     }
     const baseline = spawnNode("koa-evalsha", ["--import", "tsx"], "bench/baseline-child.ts", ["koa-evalsha"], { REDIS_URL: redis.url });
     stops.unshift(() => baseline.stop());
@@ -87,15 +106,19 @@ async function main(): Promise<void> {
         url: `http://127.0.0.1:${port}/v1/workflows/p_bench/events`,
         headers: { authorization: "Bearer x" },
         us: [],
+        redisPid: redis.pid,
+        redisUs: [],
         rps: [],
         requests: 0,
       },
-      ...daemons.map(({ name, d, key }) => ({
+      ...daemons.map(({ name, d, key, redisPid }) => ({
         name: `daemon (${name})`,
         pid: d.child.pid,
         url: `${d.url}/v1/workflows/p_ab_ingest/events`,
         headers: { authorization: `Bearer ${key}` },
         us: [],
+        redisPid,
+        redisUs: [],
         rps: [],
         requests: 0,
       })),
@@ -109,11 +132,12 @@ async function main(): Promise<void> {
       const line: string[] = [];
       for (let k = 0; k < arms.length; k++) {
         const a = arms[(r + k) % arms.length] as Arm;
-        const meter = cpuMeter({ arm: a.pid });
+        const meter = cpuMeter({ arm: a.pid, redis: a.redisPid });
         const res = await hammer({ url: a.url, body, headers: a.headers, durationS: SLICE_S, connections: CONNECTIONS });
         const { pct, wallMs } = meter();
         if (res.bad > 0) throw new Error(`${a.name}: ${res.bad} failed requests`);
         a.us.push((((pct.arm ?? 0) / 100) * wallMs * 1000) / res.ok);
+        a.redisUs.push((((pct.redis ?? 0) / 100) * wallMs * 1000) / res.ok);
         a.rps.push(res.reqPerSec);
         a.requests += res.ok;
         other = Math.max(other, pct.other ?? 0);
@@ -123,17 +147,25 @@ async function main(): Promise<void> {
     }
     const base = arms[0] as Arm;
     const out: string[] = [
-      `| arm | CPU µs/request (median) | req/s (median) | req/s ÷ baseline, per round: median (range) | CPU ÷ baseline's: median | requests (pid) |`,
-      `|---|---|---|---|---|---|`,
+      `| arm | CPU µs/request (median) | its Redis's CPU µs/request | req/s (median) | req/s ÷ baseline, per round: median (range) | CPU ÷ baseline's: median | requests (pid) |`,
+      `|---|---|---|---|---|---|---|`,
     ];
     for (const a of arms) {
       const ratios = a.rps.map((x, i) => x / (base.rps[i] as number));
       const cpu = a.us.map((x, i) => (base.us[i] as number) / x);
       out.push(
-        `| ${a.name} | ${median(a.us).toFixed(0)} | ${median(a.rps).toFixed(0)} | ${median(ratios).toFixed(2)}× (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}) | ${median(cpu).toFixed(2)}× | ${a.requests} (${a.pid}) |`,
+        `| ${a.name} | ${median(a.us).toFixed(0)} | ${median(a.redisUs).toFixed(1)} | ${median(a.rps).toFixed(0)} | ${median(ratios).toFixed(2)}× (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}) | ${median(cpu).toFixed(2)}× | ${a.requests} (${a.pid}) |`,
       );
     }
-    process.stdout.write(`${out.join("\n")}\n(other CPU peaked at ${Math.round(other)} % of a core)\n`);
+    // Script calls (EVAL and EVALSHA) each daemon's Redis ran per request it answered (warm-up and
+    // start-up included): the record step's group commit shows as fewer than one.
+    const calls: string[] = [];
+    for (const [i, { name, redisUrl }] of daemons.entries()) {
+      calls.push(`daemon (${name}) ${((await scriptCalls(redisUrl)) / (arms[i + 1] as Arm).requests).toFixed(2)}`);
+    }
+    process.stdout.write(
+      `${out.join("\n")}\n(other CPU peaked at ${Math.round(other)} % of a core; Redis script calls per request: ${calls.join(", ")})\n`,
+    );
   } finally {
     for (const s of stops) await s().catch(() => undefined);
   }

@@ -193,7 +193,27 @@ class TickBatchedCluster extends Cluster {
     return super.sendCommand(...call);
   }
 
-  private corkMasters(): void {
+  /**
+   * Runs `send` with the masters' sockets corked and writes what it sent at once (store/script.ts
+   * `writeTogether`): from a `setImmediate` callback, the tick's own uncork would wait a whole turn.
+   */
+  writeTogether(send: () => void): void {
+    if (this.corked !== undefined || this.status !== "ready") {
+      send();
+      return;
+    }
+    const corked = this.corkMasters(false);
+    this.corked = corked;
+    try {
+      send();
+    } finally {
+      this.corked = undefined;
+      for (const s of corked) s.uncork();
+    }
+  }
+
+  /** Corks every ready master's socket not corked yet; the tick's `setImmediate` uncorks them, unless the caller does. */
+  private corkMasters(uncorkLater = true): { uncork(): void }[] {
     const corked: { uncork(): void }[] = [];
     for (const node of this.nodes("master")) {
       const socket = node.status === "ready" ? node.stream : undefined;
@@ -201,12 +221,13 @@ class TickBatchedCluster extends Cluster {
       socket.cork();
       corked.push(socket);
     }
-    if (corked.length === 0) return;
+    if (corked.length === 0 || !uncorkLater) return corked;
     this.corked = corked;
     setImmediate(() => {
       this.corked = undefined;
       for (const s of corked) s.uncork();
     });
+    return corked;
   }
 }
 

@@ -4,7 +4,14 @@ import { emitterGlob, isEventId } from "../domain/ids.js";
 import { pageInfo, type PageInfo } from "../domain/pagination.js";
 import type { Keys } from "./keys.js";
 import { normalizeChannel } from "./keys.js";
-import { defineScript, type ScriptCall } from "./script.js";
+import {
+  type ChargedRecord,
+  DEFAULT_RECORD_GROUP_LIMITS,
+  type RecordGroupLimits,
+  RecordGroups,
+  type RecordTarget,
+} from "./record-groups.js";
+import { defineScript, writeTogether } from "./script.js";
 import { RECORD_EVENTS } from "./scripts/record-events.js";
 
 /** Who emits: sources, workflows, and webhooks (their health events, SPEC §12). */
@@ -63,8 +70,7 @@ export interface IngressCharge {
   readonly burst: number;
 }
 
-/** What a charged record answers: the event ids, or the wait until the bucket could pay. */
-export type ChargedRecord = { readonly ids: string[] } | { readonly waitMs: number };
+export type { ChargedRecord };
 
 const TRUNCATE_BYTES = 1024;
 
@@ -79,13 +85,16 @@ export function truncateUtf8(text: string, max: number): string {
 
 /** Summary streams (latest 100 per emitter and channel) and the user's shard outbox. */
 export class EventStore {
-  private readonly recordScript: ScriptCall;
+  /** The record step's group commit (store/record-groups.ts). */
+  private readonly groups: RecordGroups;
 
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
+    /** How large one record call may grow (store/record-groups.ts). */
+    groupLimits: RecordGroupLimits = DEFAULT_RECORD_GROUP_LIMITS,
   ) {
-    this.recordScript = defineScript(redis, RECORD_EVENTS);
+    this.groups = new RecordGroups(defineScript(redis, RECORD_EVENTS), (send) => writeTogether(redis, send), groupLimits);
   }
 
   /** Records events atomically (summary + the user's shard outbox, one slot); returns their ids in order. */
@@ -101,30 +110,35 @@ export class EventStore {
    * in the same step (`waitMs`, nothing written, when the bucket cannot pay).
    */
   recordGuarded(input: RecordInput, guardKey: string | undefined, charge?: IngressCharge): Promise<ChargedRecord | null> {
-    // Not async (an emit's hot path): the script's promise with one step after it; a throw here
-    // reaches the caller, which awaits this.
+    // Not async (an emit's hot path): the group's promise; a throw here reaches the caller, which awaits this.
     const channel = normalizeChannel(input.channel);
     const summaryKey = this.keys.events(input.userId, input.emitterId, channel);
     // The script checks KEYS[6] only when it differs from KEYS[1] (a guard is never a summary stream).
     if (guardKey === summaryKey) throw new Error("recordGuarded: the guard key cannot be the summary stream");
-    const args: string[] = [
-      input.userId,
-      input.emitterId,
-      channel,
-      String(input.acceptedAtMs),
-      String(input.hops ?? 0),
-      input.emitterKind,
-      charge === undefined ? "0" : String(charge.cost),
-      charge === undefined ? "0" : String(charge.perSecond),
-      charge === undefined ? "0" : String(charge.burst),
-    ];
+    const pairs: string[] = [];
     const wrap = input.emitterKind === "workflow" && channel !== "$errors" ? ',"w":1' : "";
     for (const e of input.events) {
       const payload = JSON.stringify(e.payload ?? null);
       // The StoredSummary JSON, built around the payload text instead of stringifying it twice
       // (same bytes as JSON.stringify({p, x, m, w?})).
-      args.push(`{"p":${payload},"x":${JSON.stringify(e.emitId)},"m":${JSON.stringify(e.meta)}${wrap}}`, payload);
+      pairs.push(`{"p":${payload},"x":${JSON.stringify(e.emitId)},"m":${JSON.stringify(e.meta)}${wrap}}`, payload);
     }
+    const request = { acceptedAtMs: input.acceptedAtMs, hops: input.hops ?? 0, cost: charge?.cost ?? 0, pairs };
+    return this.groups.add(this.target(input, channel, summaryKey, guardKey, charge), request);
+  }
+
+  /** The keys and shared arguments of a record (store/scripts/record-events.ts); records with the same share a call. */
+  private target(
+    input: RecordInput,
+    channel: string,
+    summaryKey: string,
+    guardKey: string | undefined,
+    charge: IngressCharge | undefined,
+  ): RecordTarget {
+    const rate = charge === undefined ? "0" : String(charge.perSecond);
+    const burst = charge === undefined ? "0" : String(charge.burst);
+    const guard = guardKey ?? summaryKey;
+    const bucket = charge?.key ?? summaryKey;
     const exactIndex = this.keys.subscriptionIndex(input.userId, input.emitterId, channel);
     const glob = emitterGlob(input.emitterId);
     const keys = [
@@ -133,14 +147,15 @@ export class EventStore {
       this.keys.eventChannels(input.userId, input.emitterId),
       exactIndex,
       glob ? this.keys.subscriptionIndex(input.userId, glob, channel) : exactIndex,
-      guardKey ?? summaryKey,
-      charge?.key ?? summaryKey,
+      guard,
+      bucket,
     ];
-    return this.recordScript(keys, args).then((answer) => {
-      const reply = answer as string[] | number | null;
-      if (reply === null) return null;
-      return typeof reply === "number" ? { waitMs: reply } : { ids: reply };
-    });
+    return { keys, shared: [input.userId, input.emitterId, channel, input.emitterKind, rate, burst] };
+  }
+
+  /** Record requests taken and record script calls sent by this store (store/record-groups.ts). */
+  recordCounts(): { readonly requests: number; readonly calls: number } {
+    return { ...this.groups.counts };
   }
 
   /** Summaries newest first; `after`/`before` are event ids; events over 1 KB truncated unless expanded. */

@@ -82,6 +82,32 @@ function scriptFrame(head: string, parts: number, keys: readonly string[], args:
   return frame;
 }
 
+/**
+ * Runs `send` (script calls made in the check phase, where a cork's `setImmediate` would wait a
+ * whole turn of the event loop) with the connection's socket corked, and writes what it sent at
+ * once: one socket write for all (on a Cluster, one per master).
+ */
+export function writeTogether(redis: RedisClient, send: () => void): void {
+  if (redis instanceof Cluster) {
+    // The daemon's `TickBatchedCluster` (app/redis-client.ts) corks its masters for this.
+    const batched = redis as Cluster & { writeTogether?: (send: () => void) => void };
+    if (typeof batched.writeTogether === "function") batched.writeTogether(send);
+    else send();
+    return;
+  }
+  if (redis.status !== "ready") {
+    send();
+    return;
+  }
+  const socket = redis.stream;
+  socket.cork();
+  try {
+    send();
+  } finally {
+    socket.uncork();
+  }
+}
+
 function defineNodeScript(redis: Redis, def: ScriptDef): ScriptCall {
   const { name, numberOfKeys, lua } = def;
   const sha = createHash("sha1").update(lua).digest("hex");
@@ -105,7 +131,8 @@ function defineNodeScript(redis: Redis, def: ScriptDef): ScriptCall {
     if (batchWrites && redis.autoPipelineQueueSize > 0) {
       return command === "eval" ? redis.eval(head, numberOfKeys, ...keys, ...args) : redis.evalsha(head, numberOfKeys, ...keys, ...args);
     }
-    if (batchWrites && corked === undefined && redis.status === "ready") {
+    if (batchWrites && corked === undefined && redis.status === "ready" && redis.stream.writableCorked === 0) {
+      // (A socket corked already is uncorked by whoever corked it: `writeTogether`, another script.)
       const socket = redis.stream;
       socket.cork();
       corked = socket;

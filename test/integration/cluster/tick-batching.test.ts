@@ -1,9 +1,11 @@
-import type { Cluster, Redis } from "ioredis";
+import type { Cluster } from "ioredis";
 import { describe, expect, it } from "vitest";
 import { createConnections } from "../../../src/app/connections.js";
 import type { RedisTarget } from "../../../src/app/redis-client.js";
 import { createLogger } from "../../../src/observability/logger.js";
+import { writeTogether } from "../../../src/store/script.js";
 import { keySlot, useCluster } from "../../helpers/cluster.js";
+import { countSocketWrites } from "../../helpers/socket-writes.js";
 
 /**
  * The daemon's request-path Cluster client batches the commands of one event-loop tick into one
@@ -16,35 +18,22 @@ const logger = createLogger("silent");
 
 const localCluster = useCluster({ masters: 3 });
 
-/** Counts the flushes (`_write`/`_writev` calls, one socket write each) of a node connection's socket; observing only. */
-function countFlushes(node: Redis): { count(): number; stop(): void } {
-  const socket = node.stream as unknown as Record<"_write" | "_writev", (...a: unknown[]) => unknown>;
-  let n = 0;
-  const originals = { _write: socket._write, _writev: socket._writev };
-  for (const m of ["_write", "_writev"] as const) {
-    const original = originals[m];
-    socket[m] = function (this: unknown, ...a: unknown[]) {
-      n++;
-      return original.apply(this, a);
-    };
-  }
-  return {
-    count: () => n,
-    stop: () => Object.assign(socket, originals),
+/** The daemon's request-path connections to the local cluster. */
+function connectCommands(cluster: ReturnType<typeof localCluster>) {
+  const target: RedisTarget = {
+    kind: "cluster",
+    nodes: cluster.seeds,
+    auth: { username: undefined, password: undefined },
+    failoverTimeoutMs: 10_000,
   };
+  const conns = createConnections(target, { commandTimeoutMs: 5000, logger });
+  return { conns, commands: conns.commands as Cluster };
 }
 
 describe("the request-path Cluster client", () => {
   it("sends one tick's commands to a node in one socket write, in order, and each to the node of its key", async () => {
     const cluster = localCluster();
-    const target: RedisTarget = {
-      kind: "cluster",
-      nodes: cluster.seeds,
-      auth: { username: undefined, password: undefined },
-      failoverTimeoutMs: 10_000,
-    };
-    const conns = createConnections(target, { commandTimeoutMs: 5000, logger });
-    const commands = conns.commands as Cluster;
+    const { conns, commands } = connectCommands(cluster);
     try {
       // Keys on two different masters.
       const here = "{tb-a}:n";
@@ -56,7 +45,7 @@ describe("the request-path Cluster client", () => {
       await Promise.all([commands.del(here), commands.del(there)]);
       const node = commands.nodes("master").find((n) => n.options.port === cluster.nodeForSlot(keySlot(here)).port);
       if (!node) throw new Error("no connection to the key's master");
-      const flushes = countFlushes(node);
+      const flushes = countSocketWrites(node);
       let replies: unknown[];
       try {
         // In one tick: 50 commands to one node, interleaved with commands to another.
@@ -75,6 +64,46 @@ describe("the request-path Cluster client", () => {
       expect(await commands.get(there)).toBe("5");
       // One write for the tick (without batching: one per command, 50).
       expect(flushes.count()).toBeLessThanOrEqual(2);
+    } finally {
+      await conns.closeAll();
+    }
+  }, 60_000);
+
+  it("writes what writeTogether sends from a setImmediate callback at once, in one write per node", async () => {
+    const cluster = localCluster();
+    const { conns, commands } = connectCommands(cluster);
+    try {
+      const key = "{tb-together}:n";
+      await commands.del(key);
+      const node = commands.nodes("master").find((n) => n.options.port === cluster.nodeForSlot(keySlot(key)).port);
+      if (!node) throw new Error("no connection to the key's master");
+      const flushes = countSocketWrites(node);
+      try {
+        // A plain command in the check phase waits for the next turn's uncork.
+        const plain = await new Promise<{ writes: number; sent: Promise<unknown> }>((resolve) =>
+          setImmediate(() => {
+            const before = flushes.count();
+            const sent = commands.incr(key);
+            resolve({ writes: flushes.count() - before, sent });
+          }),
+        );
+        expect(plain.writes).toBe(0);
+        expect(await plain.sent).toBe(1);
+        const together = await new Promise<{ writes: number; sent: Promise<unknown>[] }>((resolve) =>
+          setImmediate(() => {
+            const before = flushes.count();
+            const sent: Promise<unknown>[] = [];
+            writeTogether(commands, () => {
+              for (let i = 0; i < 3; i++) sent.push(commands.incr(key));
+            });
+            resolve({ writes: flushes.count() - before, sent });
+          }),
+        );
+        expect(together.writes).toBe(1);
+        expect(await Promise.all(together.sent)).toEqual([2, 3, 4]);
+      } finally {
+        flushes.stop();
+      }
     } finally {
       await conns.closeAll();
     }

@@ -1,0 +1,19 @@
+import type { Redis } from "ioredis";
+
+/** Counts the writes (`_write`/`_writev` calls, one socket write each) of a connection's socket; observing only. */
+export function countSocketWrites(connection: Redis): { count(): number; stop(): void } {
+  const socket = connection.stream as unknown as Record<"_write" | "_writev", (...a: unknown[]) => unknown>;
+  let n = 0;
+  const originals = { _write: socket._write, _writev: socket._writev };
+  for (const m of ["_write", "_writev"] as const) {
+    const original = originals[m];
+    socket[m] = function (this: unknown, ...a: unknown[]) {
+      n++;
+      return original.apply(this, a);
+    };
+  }
+  return {
+    count: () => n,
+    stop: () => Object.assign(socket, originals),
+  };
+}
