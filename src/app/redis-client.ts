@@ -70,6 +70,9 @@ const isReadOnly = (err: Error): boolean => err.message.startsWith("READONLY");
  * Opens one connection to `target` with `options` (the caller's profile: fail-fast or patient).
  * - single: exactly as before this module existed (`new Redis(url, options)`); REDIS_USERNAME and
  *   REDIS_PASSWORD, when set, replace those of the URL.
+ * - `enableAutoPipelining` in `options` gives a tick-batched client (`TickBatchedRedis`: the
+ *   commands of one event-loop tick in one socket write) with ioredis's auto-pipeline off, on one
+ *   node and on a Sentinel group alike.
  * - sentinel: the master of the group, asked of the sentinels at every (re)connection; a sentinel
  *   subscription (`failoverDetector`) reconnects at once on +switch-master; a READONLY answer (the
  *   node was demoted under us) reconnects and resends the command; a node that does not answer a
@@ -78,12 +81,15 @@ const isReadOnly = (err: Error): boolean => err.message.startsWith("READONLY");
  * - cluster: use `openCluster` (a Cluster client) or `openClusterNode` (one node, for pub/sub);
  *   throws here, so that no caller opens a single-node client to one node of a Cluster by mistake.
  */
-export function openRedis(target: RedisTarget, options: RedisOptions): Redis {
+export function openRedis(target: RedisTarget, redisOptions: RedisOptions): Redis {
+  // `enableAutoPipelining` asks for a tick-batched client (below), never ioredis's auto-pipeline.
+  const batched = redisOptions.enableAutoPipelining === true;
+  const options = batched ? { ...redisOptions, enableAutoPipelining: false } : redisOptions;
   switch (target.kind) {
     case "single":
-      return new Redis(withAuth(target.url, target.auth), options);
+      return new (batched ? TickBatchedRedis : Redis)(withAuth(target.url, target.auth), options);
     case "sentinel":
-      return new SentinelRedis({
+      return new (batched ? TickBatchedSentinelRedis : SentinelRedis)({
         ...options,
         sentinels: target.sentinels.map((s) => ({ host: s.host, port: s.port })),
         name: target.name,
@@ -230,6 +236,71 @@ class TickBatchedCluster extends Cluster {
     return corked;
   }
 }
+
+/** A node client class (`Redis`, `SentinelRedis`). */
+// biome-ignore lint/suspicious/noExplicitAny: TypeScript's mixin classes need exactly `any[]` constructor arguments.
+type NodeClientClass = new (...args: any[]) => Redis;
+
+/**
+ * A node client (one Redis, a Sentinel group's master) whose commands of one event-loop tick share
+ * one socket write, as ioredis's auto-pipelining does, without its `Pipeline`s: the first command
+ * of a tick corks the socket and a `setImmediate` uncorks it, when ioredis would have flushed its
+ * auto-pipeline; each command goes through `sendCommand` as without auto-pipelining (order, replies,
+ * timeouts, the offline queue: ioredis's). An auto-pipeline is an ioredis `Pipeline` per tick,
+ * which copies the client's custom commands onto itself and wraps every command in a promise and
+ * a callback; its objects outlived young-generation collections under load (docs/decisions.md
+ * "Tick-batched node clients"). The Cluster client does the same per master (`TickBatchedCluster`).
+ */
+function tickBatched<Base extends NodeClientClass>(base: Base) {
+  return class TickBatched extends base {
+    // No field initialisers: ioredis's constructor runs (and may send) before they would.
+    /** The socket corked in this tick; undefined when none is. */
+    private corked: { uncork(): void } | undefined;
+
+    override sendCommand(...call: Parameters<Redis["sendCommand"]>): ReturnType<Redis["sendCommand"]> {
+      // A command with its own stream (ioredis's connection set-up) is written as it comes.
+      if (this.corked === undefined && call[1] === undefined && this.status === "ready") this.corkUntilImmediate();
+      return super.sendCommand(...call);
+    }
+
+    /**
+     * Runs `send` with the socket corked and writes what it sent at once (store/script.ts
+     * `writeTogether`): from a `setImmediate` callback, the tick's own uncork would wait a whole turn.
+     */
+    writeTogether(send: () => void): void {
+      const socket = this.status === "ready" ? this.stream : undefined;
+      if (this.corked !== undefined || socket === undefined || socket.writableCorked > 0) {
+        send();
+        return;
+      }
+      socket.cork();
+      this.corked = socket;
+      try {
+        send();
+      } finally {
+        this.corked = undefined;
+        socket.uncork();
+      }
+    }
+
+    private corkUntilImmediate(): void {
+      const socket = this.stream;
+      // A socket corked by someone else is uncorked by them.
+      if (socket === undefined || socket.writableCorked > 0) return;
+      socket.cork();
+      this.corked = socket;
+      setImmediate(() => {
+        this.corked = undefined;
+        socket.uncork();
+      });
+    }
+  };
+}
+
+/** One Redis node, tick-batched (`openRedis` with `enableAutoPipelining`). */
+export const TickBatchedRedis = tickBatched(Redis);
+/** A Sentinel group's master, tick-batched. */
+export const TickBatchedSentinelRedis = tickBatched(SentinelRedis);
 
 /**
  * A fail-fast (request-path) Cluster client answers at once while it has lost every node. Once its

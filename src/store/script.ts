@@ -42,6 +42,8 @@ function isNoScript(err: unknown): boolean {
  * socket write: the first call corks the socket and a `setImmediate` uncorks it, when ioredis would
  * have flushed its auto-pipeline. A call made while commands issued before it still wait in the
  * auto-pipeline joins that pipeline instead, behind them (issue order is kept).
+ * (The daemon's request-path connection is no auto-pipelined one but a tick-batched client,
+ * app/redis-client.ts, which corks the socket for every command of a tick; calls go straight to it.)
  */
 export function defineScript(redis: RedisClient, def: ScriptDef): ScriptCall {
   return redis instanceof Cluster ? defineClusterScript(redis, def) : defineNodeScript(redis, def);
@@ -88,14 +90,13 @@ function scriptFrame(head: string, parts: number, keys: readonly string[], args:
  * once: one socket write for all (on a Cluster, one per master).
  */
 export function writeTogether(redis: RedisClient, send: () => void): void {
-  if (redis instanceof Cluster) {
-    // The daemon's `TickBatchedCluster` (app/redis-client.ts) corks its masters for this.
-    const batched = redis as Cluster & { writeTogether?: (send: () => void) => void };
-    if (typeof batched.writeTogether === "function") batched.writeTogether(send);
-    else send();
+  // The daemon's tick-batched clients (app/redis-client.ts `TickBatchedRedis`, `TickBatchedCluster`) do it themselves.
+  const batched = redis as RedisClient & { writeTogether?: (send: () => void) => void };
+  if (typeof batched.writeTogether === "function") {
+    batched.writeTogether(send);
     return;
   }
-  if (redis.status !== "ready") {
+  if (redis instanceof Cluster || redis.status !== "ready") {
     send();
     return;
   }

@@ -17,3 +17,14 @@ export function countSocketWrites(connection: Redis): { count(): number; stop():
     stop: () => Object.assign(socket, originals),
   };
 }
+
+/** Runs `send` in a `setImmediate` callback (the check phase); resolves with what it returned and the socket writes made before it returned. */
+export function writesInCheckPhase<T>(writes: { count(): number }, send: () => T): Promise<{ writes: number; value: T }> {
+  return new Promise((resolve) =>
+    setImmediate(() => {
+      const before = writes.count();
+      const value = send();
+      resolve({ writes: writes.count() - before, value });
+    }),
+  );
+}

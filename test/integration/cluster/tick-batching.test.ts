@@ -5,7 +5,7 @@ import type { RedisTarget } from "../../../src/app/redis-client.js";
 import { createLogger } from "../../../src/observability/logger.js";
 import { writeTogether } from "../../../src/store/script.js";
 import { keySlot, useCluster } from "../../helpers/cluster.js";
-import { countSocketWrites } from "../../helpers/socket-writes.js";
+import { countSocketWrites, writesInCheckPhase } from "../../helpers/socket-writes.js";
 
 /**
  * The daemon's request-path Cluster client batches the commands of one event-loop tick into one
@@ -80,27 +80,18 @@ describe("the request-path Cluster client", () => {
       const flushes = countSocketWrites(node);
       try {
         // A plain command in the check phase waits for the next turn's uncork.
-        const plain = await new Promise<{ writes: number; sent: Promise<unknown> }>((resolve) =>
-          setImmediate(() => {
-            const before = flushes.count();
-            const sent = commands.incr(key);
-            resolve({ writes: flushes.count() - before, sent });
-          }),
-        );
+        const plain = await writesInCheckPhase(flushes, () => commands.incr(key));
         expect(plain.writes).toBe(0);
-        expect(await plain.sent).toBe(1);
-        const together = await new Promise<{ writes: number; sent: Promise<unknown>[] }>((resolve) =>
-          setImmediate(() => {
-            const before = flushes.count();
-            const sent: Promise<unknown>[] = [];
-            writeTogether(commands, () => {
-              for (let i = 0; i < 3; i++) sent.push(commands.incr(key));
-            });
-            resolve({ writes: flushes.count() - before, sent });
-          }),
-        );
+        expect(await plain.value).toBe(1);
+        const together = await writesInCheckPhase(flushes, () => {
+          const sent: Promise<unknown>[] = [];
+          writeTogether(commands, () => {
+            for (let i = 0; i < 3; i++) sent.push(commands.incr(key));
+          });
+          return sent;
+        });
         expect(together.writes).toBe(1);
-        expect(await Promise.all(together.sent)).toEqual([2, 3, 4]);
+        expect(await Promise.all(together.value)).toEqual([2, 3, 4]);
       } finally {
         flushes.stop();
       }

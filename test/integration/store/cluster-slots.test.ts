@@ -101,8 +101,9 @@ function learnConnectionScripts(conn: object): void {
 function siteOf(stack: string | undefined): string {
   for (const line of (stack ?? "").split("\n")) {
     const m = /at (?:async )?(?:(\S+) \()?(\/[^)]*?\/src\/[^):]+)/.exec(line);
-    // The first frame past the script loader (src/store/script.ts), which every script call passes.
-    if (m?.[2] && !m[2].includes("node_modules") && !m[2].endsWith("/src/store/script.ts"))
+    // The first frame past the script loader (src/store/script.ts), which every script call passes,
+    // and the tick-batched clients (src/app/redis-client.ts), which every command of theirs passes.
+    if (m?.[2] && !m[2].includes("node_modules") && !m[2].endsWith("/src/store/script.ts") && !m[2].endsWith("/src/app/redis-client.ts"))
       return `${path.relative(ROOT, m[2])} ${m[1] ?? "<anonymous>"}`;
   }
   return "<outside src/ (BullMQ, or an auto-pipeline flush)>";

@@ -4,7 +4,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { startEmbeddedRedis } from "../../../src/redis/embedded.js";
 import { defineScript, script, writeTogether } from "../../../src/store/script.js";
 import { dropPrefix, redisUrl, testPrefix } from "../../helpers/redis.js";
-import { countSocketWrites } from "../../helpers/socket-writes.js";
+import { countSocketWrites, writesInCheckPhase } from "../../helpers/socket-writes.js";
 
 /**
  * The script loader against real Redis: EVAL on a socket's first call, EVALSHA after, EVAL again
@@ -117,31 +117,21 @@ describe("store/script defineScript", () => {
     const key = `${prefix}:together`;
     await append([key], ["warm"]); // EVAL once: the calls below are EVALSHA
     const socketWrites = countSocketWrites(redis);
-    const writes = () => socketWrites.count();
     try {
       // In the check phase, a plain call corks the socket until the next turn's check phase.
-      const plain = await new Promise<{ writes: number; sent: Promise<unknown> }>((resolve) =>
-        setImmediate(() => {
-          const before = writes();
-          const sent = append([key], ["a"]);
-          resolve({ writes: writes() - before, sent });
-        }),
-      );
+      const plain = await writesInCheckPhase(socketWrites, () => append([key], ["a"]));
       expect(plain.writes).toBe(0);
-      expect(await plain.sent).toBe(2);
+      expect(await plain.value).toBe(2);
       // Inside writeTogether, the calls are written before it returns, in one write.
-      const together = await new Promise<{ writes: number; sent: Promise<unknown>[] }>((resolve) =>
-        setImmediate(() => {
-          const before = writes();
-          const sent: Promise<unknown>[] = [];
-          writeTogether(redis, () => {
-            for (const v of ["b", "c", "d"]) sent.push(append([key], [v]));
-          });
-          resolve({ writes: writes() - before, sent });
-        }),
-      );
+      const together = await writesInCheckPhase(socketWrites, () => {
+        const sent: Promise<unknown>[] = [];
+        writeTogether(redis, () => {
+          for (const v of ["b", "c", "d"]) sent.push(append([key], [v]));
+        });
+        return sent;
+      });
       expect(together.writes).toBe(1);
-      expect(await Promise.all(together.sent)).toEqual([3, 4, 5]);
+      expect(await Promise.all(together.value)).toEqual([3, 4, 5]);
     } finally {
       socketWrites.stop();
     }

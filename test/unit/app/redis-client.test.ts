@@ -5,6 +5,8 @@ import {
   openCluster,
   openRedis,
   type RedisTarget,
+  TickBatchedRedis,
+  TickBatchedSentinelRedis,
   redisTarget,
   requestCommandTimeoutMs,
 } from "../../../src/app/redis-client.js";
@@ -80,6 +82,31 @@ describe("openRedis", () => {
     expect(reconnect(new Error("READONLY You can't write against a read only replica."))).toBe(2);
     expect(reconnect(new Error("ERR wrong number of arguments"))).toBe(false);
     made.disconnect();
+  });
+
+  it("gives a tick-batched client, with ioredis's auto-pipeline off, when auto-pipelining is asked for (one node and Sentinel)", () => {
+    const single = openRedis({ kind: "single", url: "redis://127.0.0.1:6390", auth: none }, { ...lazy, enableAutoPipelining: true });
+    const sentinel = openRedis(
+      {
+        kind: "sentinel",
+        sentinels: [{ host: "a", port: 26379 }],
+        name: "m",
+        auth: none,
+        sentinelPassword: undefined,
+        failoverTimeoutMs: 1000,
+      },
+      { ...lazy, enableAutoPipelining: true },
+    );
+    expect(single).toBeInstanceOf(TickBatchedRedis);
+    expect(sentinel).toBeInstanceOf(TickBatchedSentinelRedis);
+    for (const c of [single, sentinel]) {
+      expect(c.options).toMatchObject({ enableAutoPipelining: false, maxRetriesPerRequest: 2, commandTimeout: 5000 });
+      c.disconnect();
+    }
+    // Without it, a plain client.
+    const plain = openRedis({ kind: "single", url: "redis://127.0.0.1:6390", auth: none }, lazy);
+    expect(plain).not.toBeInstanceOf(TickBatchedRedis);
+    plain.disconnect();
   });
 
   it("refuses a Cluster target: a one-node client to one Cluster node would spin on MOVED", () => {
