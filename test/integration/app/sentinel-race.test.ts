@@ -145,6 +145,11 @@ describe("a Sentinel client ended by ioredis's own failover detector", () => {
     const messages: string[] = [];
     subscriber.on("message", (_ch: string, m: string) => messages.push(m));
     await subscriber.subscribe(channel);
+    // As the daemon's feeds do (store/invalidation-feed.ts): subscribe again on every `ready`, not
+    // only through ioredis's own re-subscription, which keeps a client's subscriptions only when a
+    // connection that was ready closes (a connection that drops again before its SUBSCRIBE is
+    // answered loses them; this test failed once so on a loaded machine).
+    subscriber.on("ready", () => void subscriber.subscribe(channel).catch(() => {}));
     // Two failover detectors (one per client) subscribed to the sentinel.
     await waitFor(() => sentinel.subscribed >= 2, { timeoutMs: 10_000, what: "the failover detectors' subscriptions" });
     let ended = 0;
