@@ -191,24 +191,59 @@ export function openCluster(
  */
 class TickBatchedCluster extends Cluster {
   // No field initialisers: ioredis's constructor runs (and may send) before they would.
-  /** The sockets corked in this tick; undefined when none is. */
-  private corked: { uncork(): void }[] | undefined;
+  private ticks: TickCorks | undefined;
 
   override sendCommand(...call: Parameters<Cluster["sendCommand"]>): unknown {
-    if (this.corked === undefined && this.status === "ready") this.corkMasters();
+    if (this.status === "ready") this.corks().beforeSend();
     return super.sendCommand(...call);
   }
 
-  /**
-   * Runs `send` with the masters' sockets corked and writes what it sent at once (store/script.ts
-   * `writeTogether`): from a `setImmediate` callback, the tick's own uncork would wait a whole turn.
-   */
+  /** Store/script.ts `writeTogether`: the masters' writes of `send` at once (TickCorks). */
   writeTogether(send: () => void): void {
-    if (this.corked !== undefined || this.status !== "ready") {
+    if (this.status === "ready") this.corks().writeTogether(send);
+    else send();
+  }
+
+  private corks(): TickCorks {
+    this.ticks ??= new TickCorks(() => this.nodes("master").map((node) => (node.status === "ready" ? node.stream : undefined)));
+    return this.ticks;
+  }
+}
+
+/** A socket as a tick-batched client corks it. */
+type Corkable = { readonly writableCorked: number; cork(): void; uncork(): void };
+
+/**
+ * The tick batching of a client's sockets (every ready master of a Cluster, the one socket of a
+ * node client): the first command of an event-loop tick corks them and a `setImmediate` uncorks
+ * them; `writeTogether` corks them around `send` and writes at once (for calls made in a
+ * `setImmediate` callback, where the tick's own uncork would wait a whole turn). A socket corked
+ * by someone else is left to them.
+ */
+class TickCorks {
+  /** The sockets corked in this tick (possibly none); undefined when no cork is in place. */
+  private corked: Corkable[] | undefined;
+
+  constructor(private readonly sockets: () => readonly (Corkable | undefined)[]) {}
+
+  /** Before a command is sent: the tick's first corks the sockets until its `setImmediate`. */
+  beforeSend(): void {
+    if (this.corked !== undefined) return;
+    const corked = this.cork();
+    if (corked.length === 0) return;
+    this.corked = corked;
+    setImmediate(() => {
+      this.corked = undefined;
+      for (const s of corked) s.uncork();
+    });
+  }
+
+  writeTogether(send: () => void): void {
+    if (this.corked !== undefined) {
       send();
       return;
     }
-    const corked = this.corkMasters(false);
+    const corked = this.cork();
     this.corked = corked;
     try {
       send();
@@ -218,21 +253,13 @@ class TickBatchedCluster extends Cluster {
     }
   }
 
-  /** Corks every ready master's socket not corked yet; the tick's `setImmediate` uncorks them, unless the caller does. */
-  private corkMasters(uncorkLater = true): { uncork(): void }[] {
-    const corked: { uncork(): void }[] = [];
-    for (const node of this.nodes("master")) {
-      const socket = node.status === "ready" ? node.stream : undefined;
+  private cork(): Corkable[] {
+    const corked: Corkable[] = [];
+    for (const socket of this.sockets()) {
       if (socket === undefined || socket.writableCorked > 0) continue;
       socket.cork();
       corked.push(socket);
     }
-    if (corked.length === 0 || !uncorkLater) return corked;
-    this.corked = corked;
-    setImmediate(() => {
-      this.corked = undefined;
-      for (const s of corked) s.uncork();
-    });
     return corked;
   }
 }
@@ -243,56 +270,33 @@ type NodeClientClass = new (...args: any[]) => Redis;
 
 /**
  * A node client (one Redis, a Sentinel group's master) whose commands of one event-loop tick share
- * one socket write, as ioredis's auto-pipelining does, without its `Pipeline`s: the first command
- * of a tick corks the socket and a `setImmediate` uncorks it, when ioredis would have flushed its
- * auto-pipeline; each command goes through `sendCommand` as without auto-pipelining (order, replies,
- * timeouts, the offline queue: ioredis's). An auto-pipeline is an ioredis `Pipeline` per tick,
- * which copies the client's custom commands onto itself and wraps every command in a promise and
- * a callback; its objects outlived young-generation collections under load (docs/decisions.md
- * "Tick-batched node clients"). The Cluster client does the same per master (`TickBatchedCluster`).
+ * one socket write, as ioredis's auto-pipelining does, without its `Pipeline`s (`TickCorks`); each
+ * command goes through `sendCommand` as without auto-pipelining (order, replies, timeouts, the
+ * offline queue: ioredis's). An auto-pipeline is an ioredis `Pipeline` per tick, which copies the
+ * client's custom commands onto itself and wraps every command in a promise and a callback; its
+ * objects outlived young-generation collections under load (docs/decisions.md "Tick-batched node
+ * clients"). The Cluster client does the same per master (`TickBatchedCluster`).
  */
 function tickBatched<Base extends NodeClientClass>(base: Base) {
   return class TickBatched extends base {
     // No field initialisers: ioredis's constructor runs (and may send) before they would.
-    /** The socket corked in this tick; undefined when none is. */
-    private corked: { uncork(): void } | undefined;
+    private ticks: TickCorks | undefined;
 
     override sendCommand(...call: Parameters<Redis["sendCommand"]>): ReturnType<Redis["sendCommand"]> {
       // A command with its own stream (ioredis's connection set-up) is written as it comes.
-      if (this.corked === undefined && call[1] === undefined && this.status === "ready") this.corkUntilImmediate();
+      if (call[1] === undefined && this.status === "ready") this.corks().beforeSend();
       return super.sendCommand(...call);
     }
 
-    /**
-     * Runs `send` with the socket corked and writes what it sent at once (store/script.ts
-     * `writeTogether`): from a `setImmediate` callback, the tick's own uncork would wait a whole turn.
-     */
+    /** Store/script.ts `writeTogether`: the writes of `send` at once (TickCorks). */
     writeTogether(send: () => void): void {
-      const socket = this.status === "ready" ? this.stream : undefined;
-      if (this.corked !== undefined || socket === undefined || socket.writableCorked > 0) {
-        send();
-        return;
-      }
-      socket.cork();
-      this.corked = socket;
-      try {
-        send();
-      } finally {
-        this.corked = undefined;
-        socket.uncork();
-      }
+      if (this.status === "ready") this.corks().writeTogether(send);
+      else send();
     }
 
-    private corkUntilImmediate(): void {
-      const socket = this.stream;
-      // A socket corked by someone else is uncorked by them.
-      if (socket === undefined || socket.writableCorked > 0) return;
-      socket.cork();
-      this.corked = socket;
-      setImmediate(() => {
-        this.corked = undefined;
-        socket.uncork();
-      });
+    private corks(): TickCorks {
+      this.ticks ??= new TickCorks(() => [this.stream]);
+      return this.ticks;
     }
   };
 }
