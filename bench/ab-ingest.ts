@@ -22,6 +22,7 @@ import { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { spawnNode, ROOT } from "./child.js";
 import { cpuMeter } from "./cpu.js";
+import { commandCalls } from "./meter.js";
 import { buildDaemon, createPaidUser, type DaemonProcess, startDaemonProcess } from "./daemon-process.js";
 import { hammer, smallEvent } from "./load.js";
 import { RUNTIME_DAEMON_ENV } from "./runtime.js";
@@ -69,10 +70,8 @@ const median = (xs: readonly number[]) => {
 async function scriptCalls(url: string): Promise<number> {
   const redis = new Redis(url);
   try {
-    const info = await redis.info("commandstats");
-    let n = 0;
-    for (const m of info.matchAll(/^cmdstat_(?:eval|evalsha):calls=(\d+)/gm)) n += Number(m[1]);
-    return n;
+    const calls = await commandCalls([redis]);
+    return (calls.get("eval") ?? 0) + (calls.get("evalsha") ?? 0);
   } finally {
     redis.disconnect();
   }

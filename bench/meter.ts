@@ -14,7 +14,7 @@ export interface Cost {
 }
 
 /** Calls per command, summed over the given servers (each a connection to one node). */
-async function commandCalls(servers: readonly Redis[]): Promise<Map<string, number>> {
+export async function commandCalls(servers: readonly Redis[]): Promise<Map<string, number>> {
   const out = new Map<string, number>();
   for (const redis of servers) {
     const text = await redis.info("commandstats");
