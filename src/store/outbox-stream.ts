@@ -54,15 +54,16 @@ export class OutboxStream extends ShardStreams {
   }
 
   /**
-   * Acknowledges and deletes entries (refs): XACK then XDEL on each entry's shard outbox, one
-   * pipeline on one node (written at once, like `ackAndRead`'s, so Redis runs both).
+   * Acknowledges and deletes entries (refs): XACK then XDEL on each entry's shard outbox, issued
+   * together (the daemon's tick-batched client writes them at once, like `ackAndRead`'s pipeline,
+   * so Redis runs both).
    */
   async ack(refs: readonly string[]): Promise<void> {
     if (refs.length === 0) return;
     const ids = byShard(refs);
-    await this.perShard([...ids.keys()], (pipe, key, shard) => {
+    await this.perShard([...ids.keys()], (key, shard) => {
       const list = ids.get(shard) ?? [];
-      pipe.xack(key, FANOUT_GROUP, ...list).xdel(key, ...list);
+      return [this.redis.xack(key, FANOUT_GROUP, ...list), this.redis.xdel(key, ...list)];
     });
   }
 }

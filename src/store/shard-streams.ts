@@ -120,36 +120,15 @@ export class ShardStreams {
   }
 
   /**
-   * Runs `add` for each of `shards` in one pipeline (one node) or one per shard, in parallel (a
-   * cluster: a pipeline must stay on one node). Returns each shard's replies, in order; throws
-   * the first error.
+   * Runs the commands `add` issues on each of `shards` (it returns their replies' promises) and
+   * returns each shard's replies, in order; throws the first error. They are plain commands on the
+   * connection, not an ioredis pipeline: the daemon's clients write the commands of one tick in one
+   * socket write (per master on a cluster: app/redis-client.ts), and an explicit `Pipeline` per call
+   * was one of the relay's objects that outlived young-generation collections (docs/decisions.md
+   * "Plain commands for the shard streams' per-shard steps").
    */
-  protected async perShard(
-    shards: readonly number[],
-    add: (pipe: ChainableCommander, key: string, shard: number) => void,
-  ): Promise<unknown[][]> {
-    const run = async (conn: RedisClient, part: readonly number[]): Promise<unknown[][]> => {
-      const pipe = conn.pipeline();
-      const counts: number[] = [];
-      for (const shard of part) {
-        const before = pipe.length;
-        add(pipe, this.stream(shard), shard);
-        counts.push(pipe.length - before);
-      }
-      const replies = (await pipe.exec()) ?? [];
-      const failed = replies.find(([err]) => err);
-      if (failed) throw failed[0];
-      const out: unknown[][] = [];
-      let at = 0;
-      for (const n of counts) {
-        out.push(replies.slice(at, at + n).map(([, v]) => v));
-        at += n;
-      }
-      return out;
-    };
-    if (shards.length === 0) return [];
-    if (!this.cluster) return run(this.redis, shards);
-    return (await Promise.all(shards.map((s) => run(this.redis, [s])))).flat();
+  protected perShard(shards: readonly number[], add: (key: string, shard: number) => readonly Promise<unknown>[]): Promise<unknown[][]> {
+    return Promise.all(shards.map((shard) => Promise.all(add(this.stream(shard), shard))));
   }
 
   /** Creates the consumer group on every shard's stream (from its start, so nothing added earlier is missed). */
@@ -165,7 +144,7 @@ export class ShardStreams {
 
   /** Lists the consumer in XINFO CONSUMERS of every shard before its first read. */
   async createConsumer(consumer: string): Promise<void> {
-    await this.perShard(this.all(), (pipe, key) => pipe.xgroup("CREATECONSUMER", key, this.group, consumer));
+    await this.perShard(this.all(), (key) => [this.redis.xgroup("CREATECONSUMER", key, this.group, consumer)]);
   }
 
   /** Removes consumers other than `keep` idle for `minIdleMs` with nothing pending, on every shard; returns how many (summed). */
@@ -206,9 +185,12 @@ export class ShardStreams {
   /** Resets the idle time of pending entries (refs; XCLAIM to the consumer itself, JUSTID: no delivery count). */
   async renewLease(consumer: string, refs: readonly string[]): Promise<void> {
     const ids = byShard(refs);
-    await this.perShard([...ids.keys()], (pipe, key, shard) => {
+    await this.perShard([...ids.keys()], (key, shard) => {
       const list = ids.get(shard) ?? [];
-      for (let i = 0; i < list.length; i += 500) pipe.xclaim(key, this.group, consumer, 0, ...list.slice(i, i + 500), "JUSTID");
+      const claims: Promise<unknown>[] = [];
+      for (let i = 0; i < list.length; i += 500)
+        claims.push(this.redis.xclaim(key, this.group, consumer, 0, ...list.slice(i, i + 500), "JUSTID"));
+      return claims;
     });
   }
 
@@ -244,10 +226,11 @@ export class ShardStreams {
 
   /** Length, pending count and oldest entry time of each shard (by shard number). */
   async shardStats(): Promise<ShardStats[]> {
-    const replies = await this.perShard(this.all(), (pipe, key, shard) => {
-      pipe.xlen(key).xpending(key, this.group).xrange(key, "-", "+", "COUNT", 1);
+    const replies = await this.perShard(this.all(), (key, shard) => {
+      const r = this.redis;
       const beside = this.waitingBeside(shard);
-      if (beside !== undefined) pipe.hlen(beside);
+      const commands = [r.xlen(key), r.xpending(key, this.group), r.xrange(key, "-", "+", "COUNT", 1)];
+      return beside === undefined ? commands : [...commands, r.hlen(beside)];
     });
     return replies.map(([length, pending, range, beside]) => {
       const [first] = (range as StreamEntries | undefined) ?? [];
