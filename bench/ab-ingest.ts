@@ -36,6 +36,11 @@ const SLICE_S = int("AB_SLICE_S", 3);
 const WARMUP_S = int("AB_WARMUP_S", 3);
 const CONNECTIONS = int("BENCH_CONNECTIONS", 8);
 const OTHER_ROOT = process.env.AB_ROOT;
+/** BENCH_BASELINE_NODE_FLAGS and BENCH_CPU_PROF reach the baseline as in `npm run bench` (bench/baselines.ts). */
+const BASELINE_FLAGS = [
+  ...(process.env.BENCH_BASELINE_NODE_FLAGS ?? "").split(" ").filter(Boolean),
+  ...(process.env.BENCH_CPU_PROF ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_CPU_PROF] : []),
+];
 
 function daemonEnv(): Record<string, string> {
   const out: Record<string, string> = { ...RUNTIME_DAEMON_ENV };
@@ -95,7 +100,9 @@ async function main(): Promise<void> {
       stops.unshift(() => d.stop());
       daemons.push({ name, d, key: await createPaidUser(d.url, adminToken, "ab"), redisUrl: own.url, redisPid: own.pid });
     }
-    const baseline = spawnNode("koa-evalsha", ["--import", "tsx"], "bench/baseline-child.ts", ["koa-evalsha"], { REDIS_URL: redis.url });
+    const baseline = spawnNode("koa-evalsha", [...BASELINE_FLAGS, "--import", "tsx"], "bench/baseline-child.ts", ["koa-evalsha"], {
+      REDIS_URL: redis.url,
+    });
     stops.unshift(() => baseline.stop());
     const port = (await baseline.waitForLine(/^READY (\d+)/, 30_000))[1];
     const arms: Arm[] = [

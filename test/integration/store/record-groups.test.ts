@@ -39,6 +39,20 @@ function counted(store: EventStore) {
   };
 }
 
+/**
+ * One turn of three charged records at the same instant (5 s), to a bucket of `burst` tokens
+ * refilling at 1/s: records `first` (1 event, 1 token), `first + 1` (3 events, 3 tokens) and
+ * `first + 2` (1 event, 1 token).
+ */
+function chargedTurn(store: EventStore, userId: string, burst: number, first: number) {
+  const charge = (cost: number): IngressCharge => ({ key: keys.ingressRate(userId), cost, perSecond: 1, burst });
+  return Promise.all(
+    [1, 3, 1].map((events, k) =>
+      store.recordGuarded({ ...input(userId, first + k, events), acceptedAtMs: 5_000 }, undefined, charge(events)),
+    ),
+  );
+}
+
 describe("record group commit", () => {
   it("sends the records of one turn to one stream as one call, each answered with its own ids, in order", async () => {
     const store = new EventStore(space.connect(), keys);
@@ -59,19 +73,39 @@ describe("record group commit", () => {
   it("keeps each record's charge its own: a record the bucket cannot pay writes nothing, the others are written", async () => {
     const store = new EventStore(space.connect(), keys);
     const userId = newUser();
-    const charge = (cost: number): IngressCharge => ({ key: keys.ingressRate(userId), cost, perSecond: 1, burst: 3 });
     const since = counted(store);
     // A burst of 3 tokens at the same instant: 1 + 3 cannot both be paid, the third (1) still can.
-    const answers = await Promise.all([
-      store.recordGuarded({ ...input(userId, 0), acceptedAtMs: 5_000 }, undefined, charge(1)),
-      store.recordGuarded({ ...input(userId, 1, 3), acceptedAtMs: 5_000 }, undefined, charge(3)),
-      store.recordGuarded({ ...input(userId, 2), acceptedAtMs: 5_000 }, undefined, charge(1)),
-    ]);
+    const answers = await chargedTurn(store, userId, 3, 0);
     expect(since()).toEqual({ requests: 3, calls: 1 });
     expect(answers[0]).toHaveProperty("ids");
     expect(answers[1]).toEqual({ waitMs: 1_000 });
     expect(answers[2]).toHaveProperty("ids");
     expect(await streamOrder(userId)).toEqual([0, 2]);
+    // The call read and wrote the bucket once, as three calls in a row would have left it: 3 - 1 - 1
+    // tokens, refilled at 5 s, expiring once a full bucket would have refilled (3 s + 1 s).
+    const bucket = keys.ingressRate(userId);
+    expect(await space.redis().hmget(bucket, "t", "at")).toEqual(["1", "5000"]);
+    expect(await space.redis().pttl(bucket)).toBeGreaterThan(3_000);
+  });
+
+  it("trims the stream to exactly its latest 100 once per call, on the last event recorded, also when the call's last record was refused", async () => {
+    const store = new EventStore(space.connect(), keys);
+    const userId = newUser();
+    // 99 events in one record (one call), then a turn of three records: 1 + 3 events paid, the last refused.
+    await store.record(input(userId, 0, 99));
+    expect(await space.redis().xlen(keys.events(userId, "p_grouped", ""))).toBe(99);
+    const since = counted(store);
+    const answers = await chargedTurn(store, userId, 4, 1);
+    expect(since()).toEqual({ requests: 3, calls: 1 });
+    expect(answers[2]).toEqual({ waitMs: 1_000 });
+    // 103 recorded in all: the oldest three are gone, the latest 100 kept.
+    const order = await streamOrder(userId);
+    expect(order).toHaveLength(100);
+    expect(order.slice(0, 96)).toEqual(Array.from({ length: 96 }, () => 0));
+    expect(order.slice(96)).toEqual([1, 2, 2, 2]);
+    // A full record of 100 events on a full stream keeps exactly those 100.
+    await store.record(input(userId, 4, 100));
+    expect(await streamOrder(userId)).toEqual(Array.from({ length: 100 }, () => 4));
   });
 
   it("answers null to every record of a group whose guard key is missing, and writes nothing", async () => {
