@@ -15,7 +15,9 @@
  *   AB_ROOT=/tmp/base npx tsx bench/ab-ingest.ts   # and another checkout (built here first)
  *
  * Knobs: AB_ROUNDS (8), AB_SLICE_S (3), AB_WARMUP_S (3), BENCH_CONNECTIONS (8), AB_DAEMON_ENV
- * ("K=V,..." for every daemon).
+ * ("K=V,..." for every daemon); as in `npm run bench`, BENCH_DAEMON_NODE_FLAGS and
+ * BENCH_BASELINE_NODE_FLAGS (extra node flags, e.g. --perf-basic-prof) and BENCH_CPU_PROF (a
+ * directory for V8 CPU profiles of every arm).
  */
 import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
