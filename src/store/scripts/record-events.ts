@@ -67,7 +67,7 @@ if bucket ~= nil then bucket_close(KEYS[7], bucket, rate, burst) end
 -- events at once (a trim per event cost a fifth of a four-request call).
 local lastPaying = 0
 for r = 1, #starts do
-  if waits[r] == 0 then lastPaying = r end
+  if waits[r] == 0 and tonumber(ARGV[starts[r] + 3]) > 0 then lastPaying = r end
 end
 local channelSeen = false
 local replies = {}

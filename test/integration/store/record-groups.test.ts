@@ -106,6 +106,12 @@ describe("record group commit", () => {
     // A full record of 100 events on a full stream keeps exactly those 100.
     await store.record(input(userId, 4, 100));
     expect(await streamOrder(userId)).toEqual(Array.from({ length: 100 }, () => 4));
+    // A record of no events last in its call: the trim rides on the call's last event all the same.
+    await Promise.all([store.record(input(userId, 5)), store.record(input(userId, 6, 0))]);
+    expect(since()).toEqual({ requests: 6, calls: 3 });
+    const after = await streamOrder(userId);
+    expect(after).toHaveLength(100);
+    expect(after.at(-1)).toBe(5);
   });
 
   it("answers null to every record of a group whose guard key is missing, and writes nothing", async () => {
