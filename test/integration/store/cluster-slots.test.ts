@@ -51,8 +51,6 @@ const KNOWN_CROSS_SLOT: Readonly<Record<string, string>> = {
     'on one node fan-out reads every shard outbox in one blocking XREADGROUP (one read group); on a Cluster each shard is a read group of its own, one slot each (docs/decisions.md "Sharded outbox"; test/integration/events/outbox-cluster.test.ts)',
   "XREADGROUP at src/store/shard-streams.ts RunStream.readGroup {shard}":
     'on one node run consumers read every shard run stream in one blocking XREADGROUP (one read group); on a Cluster each shard is a read group of its own, as for the outbox (docs/decisions.md "Source runs from a stream")',
-  "PIPELINE at src/store/shard-streams.ts run {shard}":
-    'on one node the per-shard stream commands (acks, stats, consumer registration, leases) share one pipeline; on a Cluster each shard has its own (docs/decisions.md "Sharded outbox")',
 };
 
 type Kind = "script" | "multi" | "command" | "pipeline";
