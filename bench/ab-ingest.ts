@@ -28,15 +28,12 @@ import { commandCalls } from "./meter.js";
 import { buildDaemon, createPaidUser, type DaemonProcess, startDaemonProcess } from "./daemon-process.js";
 import { hammer, smallEvent } from "./load.js";
 import { RUNTIME_DAEMON_ENV } from "./runtime.js";
+import { envInt } from "./stats.js";
 
-const int = (name: string, dflt: number) => {
-  const v = Number(process.env[name]);
-  return Number.isInteger(v) && v > 0 ? v : dflt;
-};
-const ROUNDS = int("AB_ROUNDS", 8);
-const SLICE_S = int("AB_SLICE_S", 3);
-const WARMUP_S = int("AB_WARMUP_S", 3);
-const CONNECTIONS = int("BENCH_CONNECTIONS", 8);
+const ROUNDS = envInt("AB_ROUNDS", 8);
+const SLICE_S = envInt("AB_SLICE_S", 3);
+const WARMUP_S = envInt("AB_WARMUP_S", 3);
+const CONNECTIONS = envInt("BENCH_CONNECTIONS", 8);
 const OTHER_ROOT = process.env.AB_ROOT;
 /** BENCH_BASELINE_NODE_FLAGS and BENCH_CPU_PROF reach the baseline as in `npm run bench` (bench/baselines.ts). */
 const BASELINE_FLAGS = [

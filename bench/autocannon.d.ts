@@ -26,6 +26,8 @@ declare module "autocannon" {
     connections?: number;
     pipelining?: number;
     duration?: number;
+    /** Stop after this many requests (instead of `duration`). */
+    amount?: number;
     method?: string;
     headers?: Record<string, string>;
     body?: string;

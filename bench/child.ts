@@ -27,7 +27,10 @@ export interface NodeChild {
   stop(graceMs?: number): Promise<void>;
 }
 
-/** Starts `node [nodeArgs] script [args]` in the repository root with exactly `env` (plus PATH/HOME). */
+/**
+ * Starts `node [nodeArgs] script [args]` in the repository root with exactly `env` (plus PATH/HOME);
+ * `wrapper` runs it under another program (`["valgrind", "--tool=callgrind"]`: bench/instructions.ts).
+ */
 export function spawnNode(
   name: string,
   nodeArgs: readonly string[],
@@ -35,8 +38,10 @@ export function spawnNode(
   args: readonly string[],
   env: Record<string, string>,
   cwd = ROOT,
+  wrapper: readonly string[] = [],
 ): NodeChild {
-  const child = spawn(process.execPath, [...nodeArgs, script, ...args], {
+  const argv = [...wrapper, process.execPath, ...nodeArgs, script, ...args];
+  const child = spawn(argv[0] as string, argv.slice(1), {
     cwd,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", ...env },
     stdio: ["ignore", "pipe", "pipe"],

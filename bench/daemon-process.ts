@@ -28,6 +28,10 @@ export interface DaemonProcessOptions {
   readonly root?: string;
   /** Extra node flags, after BENCH_DAEMON_NODE_FLAGS's. */
   readonly flags?: readonly string[];
+  /** Runs the daemon under another program (bench/instructions.ts: valgrind); see `spawnNode`. */
+  readonly wrapper?: readonly string[];
+  /** How long start-up may take (default 60 s; far longer under valgrind). */
+  readonly startTimeoutMs?: number;
 }
 
 /** BENCH_DAEMON_ENV="K=V,K2=V2": extra daemon settings (e.g. DELIVERY_CONCURRENCY=128) for experiments. */
@@ -81,10 +85,11 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
   // The compiled daemon, as `npm start` runs it (see buildDaemon); BENCH_DAEMON_TSX=1 runs the
   // TypeScript sources through tsx instead (its transform wraps every closure in a naming helper).
   const child = TSX_DAEMON
-    ? spawnNode(name, ["--no-node-snapshot", ...prof, ...flags, "--import", "tsx"], "src/main.ts", [], env, root)
-    : spawnNode(name, ["--no-node-snapshot", ...prof, ...flags], "dist/src/main.js", [], env, root);
+    ? spawnNode(name, ["--no-node-snapshot", ...prof, ...flags, "--import", "tsx"], "src/main.ts", [], env, root, opts.wrapper)
+    : spawnNode(name, ["--no-node-snapshot", ...prof, ...flags], "dist/src/main.js", [], env, root, opts.wrapper);
   const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 60_000;
+  const startTimeoutMs = opts.startTimeoutMs ?? 60_000;
+  const deadline = Date.now() + startTimeoutMs;
   for (;;) {
     const gone = child.exited();
     if (gone) throw new Error(`${name} exited during start-up (${JSON.stringify(gone)}):\n${child.tail()}`);
@@ -99,7 +104,7 @@ export async function startDaemonProcess(opts: DaemonProcessOptions, name = "dae
     if (ok) break;
     if (Date.now() > deadline) {
       await child.stop(2000);
-      throw new Error(`${name} not ready within 60 s:\n${child.tail()}`);
+      throw new Error(`${name} not ready within ${startTimeoutMs / 1000} s:\n${child.tail()}`);
     }
     await sleep(200);
   }

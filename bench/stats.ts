@@ -34,3 +34,9 @@ export function fmt(n: number, digits = 0): string {
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** A positive integer from the environment variable `name`, else `dflt` (the scripts' knobs). */
+export function envInt(name: string, dflt: number): number {
+  const v = Number(process.env[name]);
+  return Number.isInteger(v) && v > 0 ? v : dflt;
+}
