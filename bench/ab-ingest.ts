@@ -23,6 +23,7 @@ import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { spawnNode, ROOT } from "./child.js";
+import { BASELINE_NODE_ARGS } from "./baselines.js";
 import { cpuMeter } from "./cpu.js";
 import { commandCalls } from "./meter.js";
 import { buildDaemon, createPaidUser, type DaemonProcess, startDaemonProcess } from "./daemon-process.js";
@@ -35,11 +36,6 @@ const SLICE_S = envInt("AB_SLICE_S", 3);
 const WARMUP_S = envInt("AB_WARMUP_S", 3);
 const CONNECTIONS = envInt("BENCH_CONNECTIONS", 8);
 const OTHER_ROOT = process.env.AB_ROOT;
-/** BENCH_BASELINE_NODE_FLAGS and BENCH_CPU_PROF reach the baseline as in `npm run bench` (bench/baselines.ts). */
-const BASELINE_FLAGS = [
-  ...(process.env.BENCH_BASELINE_NODE_FLAGS ?? "").split(" ").filter(Boolean),
-  ...(process.env.BENCH_CPU_PROF ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_CPU_PROF] : []),
-];
 
 function daemonEnv(): Record<string, string> {
   const out: Record<string, string> = { ...RUNTIME_DAEMON_ENV };
@@ -99,7 +95,7 @@ async function main(): Promise<void> {
       stops.unshift(() => d.stop());
       daemons.push({ name, d, key: await createPaidUser(d.url, adminToken, "ab"), redisUrl: own.url, redisPid: own.pid });
     }
-    const baseline = spawnNode("koa-evalsha", [...BASELINE_FLAGS, "--import", "tsx"], "bench/baseline-child.ts", ["koa-evalsha"], {
+    const baseline = spawnNode("koa-evalsha", BASELINE_NODE_ARGS, "bench/baseline-child.ts", ["koa-evalsha"], {
       REDIS_URL: redis.url,
     });
     stops.unshift(() => baseline.stop());

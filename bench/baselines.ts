@@ -11,6 +11,8 @@ const TSX = ["--import", "tsx"];
 const PROF = process.env.BENCH_CPU_PROF ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_CPU_PROF] : [];
 /** BENCH_BASELINE_NODE_FLAGS="--perf-basic-prof ...": extra node flags for the baselines (as BENCH_DAEMON_NODE_FLAGS for the daemon). */
 const FLAGS = (process.env.BENCH_BASELINE_NODE_FLAGS ?? "").split(" ").filter(Boolean);
+/** The node arguments of a baseline child (`bench/baseline-child.ts`): tsx, then the flags above. */
+export const BASELINE_NODE_ARGS: readonly string[] = [...TSX, ...PROF, ...FLAGS];
 
 /** (a) A bare Koa app in its own process, loaded exactly like the single-emit ingest. */
 export async function koaBaseline(opts: {
@@ -43,7 +45,7 @@ async function closedLoopBaseline(
   redisPid: number | undefined,
   opts: { durationS: number; warmupS: number; connections: number },
 ): Promise<ClosedLoopResult & { cost: Cost }> {
-  const child = spawnNode(`${mode}-baseline`, [...TSX, ...PROF, ...FLAGS], "bench/baseline-child.ts", [mode], env);
+  const child = spawnNode(`${mode}-baseline`, BASELINE_NODE_ARGS, "bench/baseline-child.ts", [mode], env);
   try {
     const m = await child.waitForLine(/^READY (\d+)/, 30_000);
     const url = `http://127.0.0.1:${m[1]}/v1/workflows/p_bench/events`;

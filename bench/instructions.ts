@@ -23,6 +23,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import autocannon from "autocannon";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
+import { BASELINE_NODE_ARGS } from "./baselines.js";
 import { type NodeChild, spawnNode } from "./child.js";
 import { buildDaemon, createPaidUser, startDaemonProcess } from "./daemon-process.js";
 import { smallEvent } from "./load.js";
@@ -103,7 +104,7 @@ async function baselineArm(redisUrl: string): Promise<Arm> {
   const name = "koa-evalsha";
   const child = spawnNode(
     name,
-    ["--import", "tsx"],
+    BASELINE_NODE_ARGS,
     "bench/baseline-child.ts",
     ["koa-evalsha"],
     { REDIS_URL: redisUrl },
