@@ -1,4 +1,6 @@
 import type { Redis } from "ioredis";
+import type { RedisClient } from "../../src/store/context.js";
+import { writeTogether } from "../../src/store/script.js";
 
 /** Counts the writes (`_write`/`_writev` calls, one socket write each) of a connection's socket; observing only. */
 export function countSocketWrites(connection: Redis): { count(): number; stop(): void } {
@@ -27,4 +29,23 @@ export function writesInCheckPhase<T>(writes: { count(): number }, send: () => T
       resolve({ writes: writes.count() - before, value });
     }),
   );
+}
+
+/**
+ * From the check phase (a `setImmediate` callback), one INCR of `key` sent plainly, then three sent
+ * inside `writeTogether`: the socket writes each made before its callback returned, and the replies.
+ */
+export async function incrsFromCheckPhase(client: RedisClient, writes: { count(): number }, key: string) {
+  const plain = await writesInCheckPhase(writes, () => client.incr(key));
+  const together = await writesInCheckPhase(writes, () => {
+    const sent: Promise<unknown>[] = [];
+    writeTogether(client, () => {
+      for (let i = 0; i < 3; i++) sent.push(client.incr(key));
+    });
+    return sent;
+  });
+  return {
+    plain: { writes: plain.writes, value: await plain.value },
+    together: { writes: together.writes, values: await Promise.all(together.value) },
+  };
 }

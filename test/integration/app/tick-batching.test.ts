@@ -1,8 +1,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { openRedis, TickBatchedRedis } from "../../../src/app/redis-client.js";
-import { writeTogether } from "../../../src/store/script.js";
 import { dropPrefix, redisUrl, testPrefix } from "../../helpers/redis.js";
-import { countSocketWrites, writesInCheckPhase } from "../../helpers/socket-writes.js";
+import { countSocketWrites, incrsFromCheckPhase } from "../../helpers/socket-writes.js";
 
 /**
  * The daemon's request-path node client (app/redis-client.ts `TickBatchedRedis`, what `openRedis`
@@ -49,19 +48,12 @@ describe("the request-path node client", () => {
     await client.del(key);
     const writes = countSocketWrites(client);
     try {
-      const plain = await writesInCheckPhase(writes, () => client.incr(key));
+      const { plain, together } = await incrsFromCheckPhase(client, writes, key);
       // A command sent in the check phase waits for the next turn's uncork.
       expect(plain.writes).toBe(0);
-      expect(await plain.value).toBe(1);
-      const together = await writesInCheckPhase(writes, () => {
-        const sent: Promise<unknown>[] = [];
-        writeTogether(client, () => {
-          for (let i = 0; i < 3; i++) sent.push(client.incr(key));
-        });
-        return sent;
-      });
+      expect(plain.value).toBe(1);
       expect(together.writes).toBe(1);
-      expect(await Promise.all(together.value)).toEqual([2, 3, 4]);
+      expect(together.values).toEqual([2, 3, 4]);
     } finally {
       writes.stop();
     }

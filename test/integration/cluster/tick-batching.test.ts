@@ -3,9 +3,8 @@ import { describe, expect, it } from "vitest";
 import { createConnections } from "../../../src/app/connections.js";
 import type { RedisTarget } from "../../../src/app/redis-client.js";
 import { createLogger } from "../../../src/observability/logger.js";
-import { writeTogether } from "../../../src/store/script.js";
 import { keySlot, useCluster } from "../../helpers/cluster.js";
-import { countSocketWrites, writesInCheckPhase } from "../../helpers/socket-writes.js";
+import { countSocketWrites, incrsFromCheckPhase } from "../../helpers/socket-writes.js";
 
 /**
  * The daemon's request-path Cluster client batches the commands of one event-loop tick into one
@@ -79,19 +78,12 @@ describe("the request-path Cluster client", () => {
       if (!node) throw new Error("no connection to the key's master");
       const flushes = countSocketWrites(node);
       try {
+        const { plain, together } = await incrsFromCheckPhase(commands, flushes, key);
         // A plain command in the check phase waits for the next turn's uncork.
-        const plain = await writesInCheckPhase(flushes, () => commands.incr(key));
         expect(plain.writes).toBe(0);
-        expect(await plain.value).toBe(1);
-        const together = await writesInCheckPhase(flushes, () => {
-          const sent: Promise<unknown>[] = [];
-          writeTogether(commands, () => {
-            for (let i = 0; i < 3; i++) sent.push(commands.incr(key));
-          });
-          return sent;
-        });
+        expect(plain.value).toBe(1);
         expect(together.writes).toBe(1);
-        expect(await Promise.all(together.value)).toEqual([2, 3, 4]);
+        expect(together.values).toEqual([2, 3, 4]);
       } finally {
         flushes.stop();
       }
