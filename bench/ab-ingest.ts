@@ -24,7 +24,7 @@ import { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { spawnNode, ROOT } from "./child.js";
 import { BASELINE_NODE_ARGS } from "./baselines.js";
-import { cpuMeter } from "./cpu.js";
+import { type ArmSlices, interleavedSlices, median, roundRatios, type SliceArm } from "./interleave.js";
 import { commandCalls } from "./meter.js";
 import { buildDaemon, createPaidUser, type DaemonProcess, startDaemonProcess } from "./daemon-process.js";
 import { hammer, smallEvent } from "./load.js";
@@ -45,26 +45,6 @@ function daemonEnv(): Record<string, string> {
   }
   return out;
 }
-
-interface Arm {
-  readonly name: string;
-  readonly pid: number;
-  readonly url: string;
-  readonly headers: Record<string, string>;
-  readonly us: number[];
-  /** The arm's Redis server: its CPU µs per request, per slice. */
-  readonly redisPid: number | undefined;
-  readonly redisUs: number[];
-  readonly rps: number[];
-  /** Answered requests, warm-up included (to divide a process's own totals by, e.g. --trace-gc-nvp's allocated bytes). */
-  requests: number;
-}
-
-const median = (xs: readonly number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
-};
 
 /** EVAL and EVALSHA calls a Redis has run (INFO commandstats). */
 async function scriptCalls(url: string): Promise<number> {
@@ -100,72 +80,57 @@ async function main(): Promise<void> {
     });
     stops.unshift(() => baseline.stop());
     const port = (await baseline.waitForLine(/^READY (\d+)/, 30_000))[1];
-    const arms: Arm[] = [
+    const arms: SliceArm[] = [
       {
         name: "Koa + EVALSHA",
         pid: baseline.pid,
         url: `http://127.0.0.1:${port}/v1/workflows/p_bench/events`,
         headers: { authorization: "Bearer x" },
-        us: [],
         redisPid: redis.pid,
-        redisUs: [],
-        rps: [],
-        requests: 0,
       },
       ...daemons.map(({ name, d, key, redisPid }) => ({
         name: `daemon (${name})`,
-        pid: d.child.pid,
+        pid: d.child.pid as number,
         url: `${d.url}/v1/workflows/p_ab_ingest/events`,
         headers: { authorization: `Bearer ${key}` },
-        us: [],
         redisPid,
-        redisUs: [],
-        rps: [],
-        requests: 0,
       })),
     ];
     const body = JSON.stringify({ event: smallEvent(1) });
+    const warmed: number[] = [];
     for (const a of arms)
-      a.requests += (await hammer({ url: a.url, body, headers: a.headers, durationS: WARMUP_S, connections: CONNECTIONS })).ok;
+      warmed.push((await hammer({ url: a.url, body, headers: a.headers, durationS: WARMUP_S, connections: CONNECTIONS })).ok);
     log(`${arms.length} arms, ${ROUNDS} rounds of ${SLICE_S} s slices, ${CONNECTIONS} connections`);
-    let other = 0;
-    for (let r = 0; r < ROUNDS; r++) {
-      const line: string[] = [];
-      for (let k = 0; k < arms.length; k++) {
-        const a = arms[(r + k) % arms.length] as Arm;
-        const meter = cpuMeter({ arm: a.pid, redis: a.redisPid });
-        const res = await hammer({ url: a.url, body, headers: a.headers, durationS: SLICE_S, connections: CONNECTIONS });
-        const { pct, wallMs } = meter();
-        if (res.bad > 0) throw new Error(`${a.name}: ${res.bad} failed requests`);
-        a.us.push((((pct.arm ?? 0) / 100) * wallMs * 1000) / res.ok);
-        a.redisUs.push((((pct.redis ?? 0) / 100) * wallMs * 1000) / res.ok);
-        a.rps.push(res.reqPerSec);
-        a.requests += res.ok;
-        other = Math.max(other, pct.other ?? 0);
-        line.push(`${a.name} ${Math.round(a.us.at(-1) as number)} µs ${Math.round(res.reqPerSec)}/s`);
-      }
-      log(`round ${r + 1}: ${line.join(" · ")}`);
-    }
-    const base = arms[0] as Arm;
+    const { slices, otherPeakPct } = await interleavedSlices(arms, {
+      rounds: ROUNDS,
+      sliceS: SLICE_S,
+      connections: CONNECTIONS,
+      body,
+      onRound: log,
+    });
+    const base = slices[0] as ArmSlices;
+    /** Requests each arm answered, warm-up included (to divide a process's own totals by). */
+    const answered = slices.map((s, i) => s.requests + (warmed[i] ?? 0));
     const out: string[] = [
       `| arm | CPU µs/request (median) | its Redis's CPU µs/request | req/s (median) | req/s ÷ baseline, per round: median (range) | CPU ÷ baseline's: median | requests (pid) |`,
       `|---|---|---|---|---|---|---|`,
     ];
-    for (const a of arms) {
-      const ratios = a.rps.map((x, i) => x / (base.rps[i] as number));
-      const cpu = a.us.map((x, i) => (base.us[i] as number) / x);
+    for (const [i, a] of arms.entries()) {
+      const s = slices[i] as ArmSlices;
+      const ratios = roundRatios(s.rps, base.rps);
+      const cpu = roundRatios(base.us, s.us);
       out.push(
-        `| ${a.name} | ${median(a.us).toFixed(0)} | ${median(a.redisUs).toFixed(1)} | ${median(a.rps).toFixed(0)} | ${median(ratios).toFixed(2)}× (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}) | ${median(cpu).toFixed(2)}× | ${a.requests} (${a.pid}) |`,
+        `| ${a.name} | ${median(s.us).toFixed(0)} | ${median(s.redisUs).toFixed(1)} | ${median(s.rps).toFixed(0)} | ${median(ratios).toFixed(2)}× (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}) | ${median(cpu).toFixed(2)}× | ${answered[i]} (${a.pid}) |`,
       );
     }
     // Script calls (EVAL and EVALSHA) each daemon's Redis ran per request it answered (warm-up and
     // start-up included): the record step's group commit shows as fewer than one.
     const calls: string[] = [];
     for (const [i, { name, redisUrl }] of daemons.entries()) {
-      calls.push(`daemon (${name}) ${((await scriptCalls(redisUrl)) / (arms[i + 1] as Arm).requests).toFixed(2)}`);
+      calls.push(`daemon (${name}) ${((await scriptCalls(redisUrl)) / (answered[i + 1] as number)).toFixed(2)}`);
     }
     process.stdout.write(
-      `${out.join("\n")}\n(other CPU peaked at ${Math.round(other)} % of a core; Redis script calls per request: ${calls.join(", ")})\n`,
+      `${out.join("\n")}\n(other CPU peaked at ${Math.round(otherPeakPct)} % of a core; Redis script calls per request: ${calls.join(", ")})\n`,
     );
   } finally {
     for (const s of stops) await s().catch(() => undefined);

@@ -14,10 +14,11 @@
  * without touching the runner or the others.
  *
  * Knobs (environment): BENCH_DURATION_S (10), BENCH_BACKLOG (20000), BENCH_CONNECTIONS (8),
- * BENCH_PHASES (comma list of bullmq,drain,filters,koa,koaredis,single,batch,latency,sse,timer,srcinline,srchttp,relay,sandbox,cluster;
+ * BENCH_PHASES (comma list of bullmq,drain,filters,koa,koaredis,single,interleaved,batch,latency,sse,timer,srcinline,srchttp,relay,sandbox,cluster;
  * default all but `cluster`, which runs only when named (about a minute: a local 3-master Redis
  * Cluster against the single redis-server; BENCH_CLUSTER_ROUNDS (1) times each of its loads on both
- * sides); they run in that order whatever the list's order), BENCH_SOURCE_DURATION_S (5: load
+ * sides); they run in that order whatever the list's order), BENCH_INGEST_ROUNDS (6) and
+ * BENCH_INGEST_SLICE_S (3): the `interleaved` phase's rounds of single emits against Koa + EVALSHA, BENCH_SOURCE_DURATION_S (5: load
  * per HTTP-source phase), BENCH_SANDBOX_RUNS (10000) after BENCH_SANDBOX_WARMUP (2000) warm-up runs, BENCH_TIMER_S (10: how long the 1 s timer
  * source ticks), BENCH_SSE_STREAMS (100), BENCH_SSE_RATE (200 emits/s) and BENCH_SSE_DURATION_S (5)
  * for the live-tail phase, BENCH_CPU_PROF (directory for V8 CPU profiles of the daemon),
@@ -37,7 +38,7 @@ import { bullmq, koa, koaredis } from "./phases/baselines.js";
 import { drain } from "./phases/drain.js";
 import { filters } from "./phases/filters.js";
 import { cluster } from "./phases/cluster.js";
-import { batch, single } from "./phases/ingest.js";
+import { batch, interleaved, single } from "./phases/ingest.js";
 import { latency } from "./phases/latency.js";
 import { relay } from "./phases/relay.js";
 import { sandbox } from "./phases/sandbox.js";
@@ -60,6 +61,7 @@ const PHASES: readonly Phase[] = [
   koa,
   koaredis,
   single,
+  interleaved,
   batch,
   latency,
   sse,
