@@ -82,12 +82,14 @@ export const interleaved: Phase = {
           pid: child.pid,
           url: `http://127.0.0.1:${port}/v1/workflows/p_bench/events`,
           headers: { authorization: "Bearer x" },
+          redisPid: ctx.redisServer.pid,
         },
         {
           name: "Tributary",
           pid,
           url: `${ctx.dep.url}/v1/workflows/${INGEST_WORKFLOW}/events`,
           headers: { authorization: `Bearer ${ctx.key}` },
+          redisPid: ctx.redisServer.pid,
         },
       ];
       const body = JSON.stringify({ event: smallEvent(1) });
