@@ -1,5 +1,5 @@
 import { script, type ScriptDef } from "../script.js";
-import { TAKE_TOKENS_LUA } from "./token-bucket.js";
+import { BUCKET_STEPS_LUA } from "./token-bucket.js";
 
 /**
  * The one atomic step that makes events durable (ARCHITECTURE "record"): append each event to the
@@ -43,7 +43,7 @@ import { TAKE_TOKENS_LUA } from "./token-bucket.js";
 export const RECORD_EVENTS: ScriptDef = script(
   "tribRecordEvents",
   7,
-  `${TAKE_TOKENS_LUA}
+  `${BUCKET_STEPS_LUA}
 if KEYS[6] ~= KEYS[1] and redis.call('EXISTS', KEYS[6]) == 0 then return false end
 local rate, burst = tonumber(ARGV[5]), tonumber(ARGV[6])
 local listened = redis.call('EXISTS', KEYS[4], KEYS[5]) > 0

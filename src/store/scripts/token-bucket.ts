@@ -13,12 +13,15 @@ import { script, type ScriptDef } from "../script.js";
  *   have refilled, so idle buckets take no space;
  * - `take_tokens(key, rate, burst, now, cost)` is the three for one take.
  *
+ * `BUCKET_STEPS_LUA` holds the first three, `TAKE_TOKENS_LUA` all four (a script carries only what
+ * it calls).
+ *
  * A script that takes several times from one bucket (the record script: one take per request it
  * records) opens it once and closes it once: the same outcome as a `take_tokens` per take (but for
  * the tokens kept at full precision between takes instead of as `tostring`'s 14 digits), with two
- * Redis calls in all instead of three per take (docs/decisions.md "One bucket read per record call").
+ * Redis calls in all instead of three per take (docs/decisions.md "One bucket read and one trim per record call").
  */
-export const TAKE_TOKENS_LUA = `
+export const BUCKET_STEPS_LUA = `
 local function bucket_open(key, burst, now)
   local state = redis.call('HMGET', key, 't', 'at')
   return { tokens = tonumber(state[1]) or burst, at = tonumber(state[2]) or now }
@@ -39,6 +42,9 @@ local function bucket_close(key, b, rate, burst)
   redis.call('HSET', key, 't', tostring(b.tokens), 'at', tostring(b.at))
   redis.call('PEXPIRE', key, math.ceil(burst / rate * 1000) + 1000)
 end
+`;
+
+export const TAKE_TOKENS_LUA = `${BUCKET_STEPS_LUA}
 local function take_tokens(key, rate, burst, now, cost)
   local b = bucket_open(key, burst, now)
   local wait = bucket_take(b, rate, burst, now, cost)
