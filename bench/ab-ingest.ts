@@ -22,8 +22,8 @@
 import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
-import { spawnNode, ROOT } from "./child.js";
-import { BASELINE_NODE_ARGS } from "./baselines.js";
+import { ROOT } from "./child.js";
+import { startBaseline } from "./baselines.js";
 import { type ArmSlices, interleavedSlices, median, roundRatios, type SliceArm } from "./interleave.js";
 import { commandCalls } from "./meter.js";
 import { buildDaemon, createPaidUser, type DaemonProcess, startDaemonProcess } from "./daemon-process.js";
@@ -75,16 +75,13 @@ async function main(): Promise<void> {
       stops.unshift(() => d.stop());
       daemons.push({ name, d, key: await createPaidUser(d.url, adminToken, "ab"), redisUrl: own.url, redisPid: own.pid });
     }
-    const baseline = spawnNode("koa-evalsha", BASELINE_NODE_ARGS, "bench/baseline-child.ts", ["koa-evalsha"], {
-      REDIS_URL: redis.url,
-    });
+    const { child: baseline, url: baselineUrl } = await startBaseline("koa-evalsha", { REDIS_URL: redis.url }, "koa-evalsha");
     stops.unshift(() => baseline.stop());
-    const port = (await baseline.waitForLine(/^READY (\d+)/, 30_000))[1];
     const arms: SliceArm[] = [
       {
         name: "Koa + EVALSHA",
         pid: baseline.pid,
-        url: `http://127.0.0.1:${port}/v1/workflows/p_bench/events`,
+        url: baselineUrl,
         headers: { authorization: "Bearer x" },
         redisPid: redis.pid,
       },

@@ -1,6 +1,6 @@
 import { Queue } from "bullmq";
 import { Redis } from "ioredis";
-import { spawnNode } from "./child.js";
+import { type NodeChild, spawnNode } from "./child.js";
 import { type ClosedLoopResult, hammer, smallEvent } from "./load.js";
 import { type Summary, summarize } from "./stats.js";
 import { type Cost, startMeter } from "./meter.js";
@@ -38,6 +38,25 @@ export async function koaEvalshaBaseline(opts: {
   return closedLoopBaseline("koa-evalsha", { REDIS_URL: opts.redisUrl }, opts.redisPid, opts);
 }
 
+/**
+ * Starts a Koa baseline child (`baseline-child.ts <mode>`) and waits until it listens; `url` is its
+ * emit route. The caller stops the child.
+ */
+export async function startBaseline(
+  mode: "koa" | "koa-evalsha",
+  env: Record<string, string>,
+  name = `${mode}-baseline`,
+): Promise<{ child: NodeChild; url: string }> {
+  const child = spawnNode(name, BASELINE_NODE_ARGS, "bench/baseline-child.ts", [mode], env);
+  try {
+    const m = await child.waitForLine(/^READY (\d+)/, 30_000);
+    return { child, url: `http://127.0.0.1:${m[1]}/v1/workflows/p_bench/events` };
+  } catch (err) {
+    await child.stop();
+    throw err;
+  }
+}
+
 /** Closed-loop single emits against a baseline child (`baseline-child.ts <mode>`), after a warm-up. */
 async function closedLoopBaseline(
   mode: "koa" | "koa-evalsha",
@@ -45,10 +64,8 @@ async function closedLoopBaseline(
   redisPid: number | undefined,
   opts: { durationS: number; warmupS: number; connections: number },
 ): Promise<ClosedLoopResult & { cost: Cost }> {
-  const child = spawnNode(`${mode}-baseline`, BASELINE_NODE_ARGS, "bench/baseline-child.ts", [mode], env);
+  const { child, url } = await startBaseline(mode, env);
   try {
-    const m = await child.waitForLine(/^READY (\d+)/, 30_000);
-    const url = `http://127.0.0.1:${m[1]}/v1/workflows/p_bench/events`;
     const body = JSON.stringify({ event: smallEvent(1) });
     const headers = { authorization: "Bearer not-checked-by-the-baseline" };
     await hammer({ url, body, headers, durationS: opts.warmupS, connections: opts.connections });

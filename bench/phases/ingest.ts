@@ -1,6 +1,5 @@
 /** Closed-loop ingest: single emits and batches of 100 against the deployment, fan-out included in the cost; single emits interleaved with Koa + EVALSHA. */
-import { BASELINE_NODE_ARGS } from "../baselines.js";
-import { spawnNode } from "../child.js";
+import { startBaseline } from "../baselines.js";
 import type { BenchContext, Phase } from "../context.js";
 import { type ArmSlices, type InterleavedIngest, interleavedSlices, median, roundRatios, type SliceArm } from "../interleave.js";
 import { type ClosedLoopResult, hammer, smallEvent } from "../load.js";
@@ -71,16 +70,13 @@ export const interleaved: Phase = {
     const sliceS = envInt("BENCH_INGEST_SLICE_S", 3);
     const pid = ctx.dep.pids.daemon ?? ctx.dep.pids.api;
     if (pid === undefined) throw new Error("interleaved: the deployment has no process taking emits");
-    const child = spawnNode("koa-evalsha-interleaved", BASELINE_NODE_ARGS, "bench/baseline-child.ts", ["koa-evalsha"], {
-      REDIS_URL: ctx.redisServer.url,
-    });
+    const { child, url } = await startBaseline("koa-evalsha", { REDIS_URL: ctx.redisServer.url }, "koa-evalsha-interleaved");
     try {
-      const port = (await child.waitForLine(/^READY (\d+)/, 30_000))[1];
       const arms: SliceArm[] = [
         {
           name: "Koa + EVALSHA",
           pid: child.pid,
-          url: `http://127.0.0.1:${port}/v1/workflows/p_bench/events`,
+          url,
           headers: { authorization: "Bearer x" },
           redisPid: ctx.redisServer.pid,
         },
