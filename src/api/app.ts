@@ -179,11 +179,12 @@ export function createApp(deps: ApiDeps): Koa {
 
   const user = requireUser(deps.authenticator ?? deps.users.store);
   const body = jsonBody(deps.bodyLimitBytes);
-  // One router per resource (route-groups.ts), each checking the API key and reading JSON bodies.
+  // One router per resource (route-groups.ts); every route checks the API key and reads JSON bodies first.
   const v1 = new RouteGroups(
     "/v1",
-    () => router("/v1").use(user, body),
+    () => router("/v1"),
     (r) => allowedMethods(r) as unknown as Middleware,
+    [user, body],
   );
   componentRoutes(v1, deps.components);
   sourceRoutes(v1, deps.sources);

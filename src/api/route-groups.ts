@@ -24,10 +24,14 @@ export function segmentAt(path: string, from: number): string {
  * their paths. @koa/router tests every layer of a router against each request (a regular
  * expression and a debug call per layer), which for the /v1 API's fifty routes cost more per emit
  * than the rest of the routing: a request now meets only its resource's routes. Each group's
- * router is made by `make` (the prefix, case-sensitivity and the routers' shared middleware such as
- * the API-key check), so a group behaves as the one router did: an unknown resource goes on to
- * `next` (404), a known path with another method gets its 405 and `Allow` from its group, which
- * holds every route of that path.
+ * router is made by `make` (the prefix and case-sensitivity), so a group behaves as the one router
+ * did: an unknown resource goes on to `next` (404), a known path with another method gets its 405
+ * and `Allow` from its group, which holds every route of that path.
+ *
+ * `shared` (the API-key check and the JSON body reader) goes first on every route's own stack
+ * rather than on a router-level `use` layer: it still runs only for a request whose path and
+ * method matched a route (a 404 or 405 never asks for a key), and a request meets one layer fewer
+ * (@koa/router matches, captures, wraps and composes each matched layer: about 0.5 µs a request).
  */
 export class RouteGroups implements RouteRegistrar {
   private readonly groups = new Map<string, Router>();
@@ -37,19 +41,21 @@ export class RouteGroups implements RouteRegistrar {
     private readonly prefix: string,
     private readonly make: () => Router,
     private readonly allowed: (router: Router) => Middleware,
+    /** Middleware every route runs before its own, in this order. */
+    private readonly shared: readonly RouterMiddleware[] = [],
   ) {}
 
   get(path: string, ...middleware: RouterMiddleware[]): void {
-    this.groupOf(path).get(path, ...middleware);
+    this.groupOf(path).get(path, ...this.shared, ...middleware);
   }
   post(path: string, ...middleware: RouterMiddleware[]): void {
-    this.groupOf(path).post(path, ...middleware);
+    this.groupOf(path).post(path, ...this.shared, ...middleware);
   }
   put(path: string, ...middleware: RouterMiddleware[]): void {
-    this.groupOf(path).put(path, ...middleware);
+    this.groupOf(path).put(path, ...this.shared, ...middleware);
   }
   delete(path: string, ...middleware: RouterMiddleware[]): void {
-    this.groupOf(path).delete(path, ...middleware);
+    this.groupOf(path).delete(path, ...this.shared, ...middleware);
   }
 
   /** Every group's router (the route table, the OpenAPI check). */

@@ -29,6 +29,8 @@ describe("RouteGroups over HTTP", () => {
   let server: ReturnType<Koa["listen"]>;
   let base = "";
   const made: string[] = [];
+  /** Requests the shared middleware ran for. */
+  const sharedRuns: string[] = [];
   let groups: RouteGroups;
 
   beforeAll(async () => {
@@ -36,13 +38,17 @@ describe("RouteGroups over HTTP", () => {
       "/v1",
       () => {
         made.push("router");
-        // The shared middleware every group runs first (the API's key check and body reader).
-        return new Router({ prefix: "/v1", sensitive: true }).use((ctx, next) => {
-          ctx.state.shared = true;
-          return next();
-        });
+        return new Router({ prefix: "/v1", sensitive: true });
       },
       (r) => r.allowedMethods({ throw: false }) as unknown as Middleware,
+      // The shared middleware every route runs first (the API's key check and body reader).
+      [
+        (ctx, next) => {
+          sharedRuns.push(`${ctx.method} ${ctx.path}`);
+          ctx.state.shared = true;
+          return next();
+        },
+      ],
     );
     groups.get("/workflows/:id", (ctx) => {
       ctx.body = { route: "get workflow", id: ctx.params.id, shared: ctx.state.shared === true };
@@ -99,6 +105,16 @@ describe("RouteGroups over HTTP", () => {
     const r = await call("POST", "/v1/users/me");
     expect(r.status).toBe(405);
     expect(r.allow?.split(/,\s*/).sort()).toEqual(["DELETE", "PUT"]);
+  });
+
+  it("runs the shared middleware once per routed request, and never for a 404 or a 405", async () => {
+    sharedRuns.length = 0;
+    expect((await call("POST", "/v1/users/me")).status).toBe(405);
+    expect((await call("GET", "/v1/workflows/p_1/nothing")).status).toBe(404);
+    expect((await call("GET", "/v1/nothing/here")).status).toBe(404);
+    expect(sharedRuns).toEqual([]);
+    expect((await call("PUT", "/v1/users/me")).status).toBe(200);
+    expect(sharedRuns).toEqual(["PUT /v1/users/me"]);
   });
 
   it("hands unknown resources, other spellings and other prefixes to the next middleware", async () => {
