@@ -27,11 +27,28 @@ export function normalizeChannel(name: string | undefined | null): string {
   return !name || name === "default" ? "" : name;
 }
 
+/** Users whose shard and key base `createKeys` keeps (then it starts over): far more than one process serves at once. */
+const MAX_CACHED_USERS = 10_000;
+
 export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARDS) {
   const g = `${prefix}:{${prefix}}`;
   const tags = shardTags(prefix, shards);
   const shardKey = (shard: number) => `${prefix}:{${tags[shard]}}`;
-  const u = (userId: string) => `${shardKey(shardOf(userId, shards))}:${userId}`;
+  // A user's shard and what every key of the user starts with, kept per user: an emit builds seven
+  // keys of its user, and hashing the id to its shard and joining the prefix each time cost more
+  // than the rest of them (about 1.1 of 1.8 µs per emit's keys).
+  const users = new Map<string, { readonly shard: number; readonly base: string }>();
+  const userOf = (userId: string) => {
+    let user = users.get(userId);
+    if (user === undefined) {
+      if (users.size >= MAX_CACHED_USERS) users.clear();
+      const shard = shardOf(userId, shards);
+      user = { shard, base: `${shardKey(shard)}:${userId}` };
+      users.set(userId, user);
+    }
+    return user;
+  };
+  const u = (userId: string): string => userOf(userId).base;
   return {
     prefix,
     /** OUTBOX_SHARDS: how many shards (each with its outbox stream and hash tag) the key space has. */
@@ -39,7 +56,7 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
     /** The hash tag of each shard, by shard number. */
     shardTags: tags,
     /** The shard a user's data lives in. */
-    shardOf: (userId: string) => shardOf(userId, shards),
+    shardOf: (userId: string) => userOf(userId).shard,
     /** hash: the deployment's layout (`version`, `outbox_shards`), written at first start and checked at every start */
     layout: () => `${g}:layout`,
     /** string: the lock of the one process migrating layout 1 to layout 2 (store/layout.ts); expires */
@@ -158,7 +175,7 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
     /** stream: shard `shard`'s outbox, in its users' slot (the record script appends to it; fan-out reads it through a consumer group) */
     shardOutbox: (shard: number) => `${shardKey(shard)}:outbox`,
     /** stream: the outbox of a user's shard */
-    outboxOf: (userId: string) => `${shardKey(shardOf(userId, shards))}:outbox`,
+    outboxOf: (userId: string) => `${shardKey(userOf(userId).shard)}:outbox`,
     /** Layout 1's single outbox stream, under the global tag (drained by the migration) */
     legacyOutbox: () => `${g}:outbox`,
     /** Layout 1's prefix of a user's keys, `<prefix>:{<user id>}` (every key of the user starts with it and `:`) */
