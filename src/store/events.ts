@@ -83,6 +83,20 @@ export function truncateUtf8(text: string, max: number): string {
   return buf.subarray(0, end).toString("utf8");
 }
 
+/** Characters a JSON string holds as they are (no escape): an id's. */
+const PLAIN_JSON = /^[A-Za-z0-9_.-]*$/;
+
+/** `JSON.stringify(text)`, without its call for an id's plain characters (every emit id; 70 ns of an emit's). */
+function jsonString(text: string): string {
+  return PLAIN_JSON.test(text) ? `"${text}"` : JSON.stringify(text);
+}
+
+/** `JSON.stringify(meta)`, without its call for the usual empty metadata. */
+function metaJson(meta: EmitMeta): string {
+  for (const _ in meta) return JSON.stringify(meta);
+  return "{}";
+}
+
 /** Summary streams (latest 100 per emitter and channel) and the user's shard outbox. */
 export class EventStore {
   /** The record step's group commit (store/record-groups.ts). */
@@ -121,7 +135,7 @@ export class EventStore {
       const payload = JSON.stringify(e.payload ?? null);
       // The StoredSummary JSON, built around the payload text instead of stringifying it twice
       // (same bytes as JSON.stringify({p, x, m, w?})).
-      pairs.push(`{"p":${payload},"x":${JSON.stringify(e.emitId)},"m":${JSON.stringify(e.meta)}${wrap}}`, payload);
+      pairs.push(`{"p":${payload},"x":${jsonString(e.emitId)},"m":${metaJson(e.meta)}${wrap}}`, payload);
     }
     const request = { acceptedAtMs: input.acceptedAtMs, hops: input.hops ?? 0, cost: charge?.cost ?? 0, pairs };
     return this.groups.add(this.target(input, channel, summaryKey, guardKey, charge), request);
