@@ -46,8 +46,10 @@ export async function startBaseline(
   mode: "koa" | "koa-evalsha",
   env: Record<string, string>,
   name = `${mode}-baseline`,
+  /** Node flags after BASELINE_NODE_ARGS (an inspector port, say). */
+  extraNodeArgs: readonly string[] = [],
 ): Promise<{ child: NodeChild; url: string }> {
-  const child = spawnNode(name, BASELINE_NODE_ARGS, "bench/baseline-child.ts", [mode], env);
+  const child = spawnNode(name, [...BASELINE_NODE_ARGS, ...extraNodeArgs], "bench/baseline-child.ts", [mode], env);
   try {
     const m = await child.waitForLine(/^READY (\d+)/, 30_000);
     return { child, url: `http://127.0.0.1:${m[1]}/v1/workflows/p_bench/events` };

@@ -1,0 +1,158 @@
+/**
+ * Bytes allocated per single emit, by allocation site, for the Koa + EVALSHA baseline and the
+ * daemon's API process (and, with ALLOC_ROOT, another checkout's daemon): V8's sampling heap
+ * profiler, driven over each process's inspector (`HeapProfiler.startSampling` with the objects
+ * that young- and old-generation collections took included, so the profile counts what was
+ * allocated, not what survived). A byte count, not a time: a busy host slows the load but does not
+ * change what an emit allocates, so an A/B of a change's garbage is readable on a shared host where
+ * its CPU effect is not (docs/performance.md "Allocations per emit").
+ *
+ *   npx tsx bench/allocations.ts                       # baseline and this checkout
+ *   ALLOC_ROOT=/tmp/base npx tsx bench/allocations.ts  # and another checkout (built here first)
+ *
+ * Knobs: ALLOC_WARMUP_S (4), ALLOC_LOAD_S (4), ALLOC_TOP (25 sites per arm), ALLOC_INTERVAL (1024:
+ * the profiler's mean sampling interval in bytes), BENCH_CONNECTIONS (8). Each arm is warmed up
+ * and profiled in turn, each daemon on a Redis of its own, `ROLES=api`.
+ */
+import { randomBytes } from "node:crypto";
+import { createServer } from "node:net";
+import { WebSocket } from "undici";
+import { startEmbeddedRedis } from "../src/redis/embedded.js";
+import { startBaseline } from "./baselines.js";
+import { ROOT } from "./child.js";
+import { buildDaemon, createPaidUser, startDaemonProcess } from "./daemon-process.js";
+import { hammer, smallEvent } from "./load.js";
+import { RUNTIME_DAEMON_ENV } from "./runtime.js";
+import { envInt } from "./stats.js";
+
+const WARMUP_S = envInt("ALLOC_WARMUP_S", 4);
+const LOAD_S = envInt("ALLOC_LOAD_S", 4);
+const TOP = envInt("ALLOC_TOP", 25);
+const INTERVAL = envInt("ALLOC_INTERVAL", 1024);
+const CONNECTIONS = envInt("BENCH_CONNECTIONS", 8);
+const OTHER_ROOT = process.env.ALLOC_ROOT;
+
+/** A loopback port free right now (for a child's inspector). */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  if (address === null || typeof address === "string") throw new Error("no port");
+  return address.port;
+}
+
+/** One DevTools-protocol session with the process whose inspector listens on `port`. */
+async function inspect(port: number) {
+  const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as { webSocketDebuggerUrl: string }[];
+  const url = targets[0]?.webSocketDebuggerUrl;
+  if (!url) throw new Error(`no inspector target on port ${port}`);
+  const ws = new WebSocket(url);
+  await new Promise((resolve, reject) => {
+    ws.addEventListener("open", resolve, { once: true });
+    ws.addEventListener("error", reject, { once: true });
+  });
+  let next = 0;
+  const waiting = new Map<number, (result: unknown) => void>();
+  ws.addEventListener("message", (e) => {
+    const msg = JSON.parse(String(e.data)) as { id?: number; result?: unknown };
+    if (msg.id !== undefined) waiting.get(msg.id)?.(msg.result);
+  });
+  return {
+    send(method: string, params: object = {}): Promise<unknown> {
+      const id = ++next;
+      return new Promise((resolve) => {
+        waiting.set(id, resolve);
+        ws.send(JSON.stringify({ id, method, params }));
+      });
+    },
+    close: () => ws.close(),
+  };
+}
+
+interface ProfileNode {
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  selfSize: number;
+  children: ProfileNode[];
+}
+
+/** Bytes per request by allocation site (function, file:line), largest first, and the total. */
+function bySite(head: ProfileNode, requests: number): { total: number; sites: [string, number][] } {
+  const sums = new Map<string, number>();
+  const stack = [head];
+  for (let node = stack.pop(); node !== undefined; node = stack.pop()) {
+    const { functionName, url, lineNumber } = node.callFrame;
+    const file = url.replace(/^.*node_modules\//, "").replace(`file://${ROOT}/`, "");
+    const site = `${functionName || "(anonymous)"} ${file}:${lineNumber + 1}`;
+    sums.set(site, (sums.get(site) ?? 0) + node.selfSize);
+    stack.push(...node.children);
+  }
+  const sites = [...sums.entries()].map(([site, bytes]): [string, number] => [site, bytes / requests]).sort((a, b) => b[1] - a[1]);
+  return { total: sites.reduce((a, [, b]) => a + b, 0), sites };
+}
+
+async function main(): Promise<void> {
+  const log = (msg: string) => process.stderr.write(`[alloc] ${msg}\n`);
+  buildDaemon(ROOT);
+  if (OTHER_ROOT) buildDaemon(OTHER_ROOT);
+  const stops: (() => Promise<unknown>)[] = [];
+  try {
+    const adminToken = `alloc-admin-${randomBytes(8).toString("hex")}`;
+    const arms: { name: string; url: string; headers: Record<string, string>; port: number }[] = [];
+    const baseRedis = await startEmbeddedRedis();
+    stops.unshift(() => baseRedis.close());
+    const basePort = await freePort();
+    const { child, url } = await startBaseline("koa-evalsha", { REDIS_URL: baseRedis.url }, "koa-evalsha", [
+      `--inspect=127.0.0.1:${basePort}`,
+    ]);
+    stops.unshift(() => child.stop());
+    arms.push({ name: "Koa + EVALSHA", url, headers: { authorization: "Bearer x" }, port: basePort });
+    for (const [name, root] of [["this", ROOT], ...(OTHER_ROOT ? [["other", OTHER_ROOT]] : [])] as [string, string][]) {
+      const redis = await startEmbeddedRedis();
+      stops.unshift(() => redis.close());
+      const port = await freePort();
+      const d = await startDaemonProcess(
+        { redisUrl: redis.url, adminToken, env: RUNTIME_DAEMON_ENV, root, roles: "api", flags: [`--inspect=127.0.0.1:${port}`] },
+        `daemon(${name})`,
+      );
+      stops.unshift(() => d.stop());
+      const key = await createPaidUser(d.url, adminToken, "alloc");
+      arms.push({
+        name: `daemon (${name})`,
+        url: `${d.url}/v1/workflows/p_alloc/events`,
+        headers: { authorization: `Bearer ${key}` },
+        port,
+      });
+    }
+    const body = JSON.stringify({ event: smallEvent(1) });
+    const out: string[] = [];
+    for (const arm of arms) {
+      await hammer({ url: arm.url, body, headers: arm.headers, durationS: WARMUP_S, connections: CONNECTIONS });
+      const session = await inspect(arm.port);
+      try {
+        await session.send("HeapProfiler.startSampling", {
+          samplingInterval: INTERVAL,
+          includeObjectsCollectedByMajorGC: true,
+          includeObjectsCollectedByMinorGC: true,
+        });
+        const r = await hammer({ url: arm.url, body, headers: arm.headers, durationS: LOAD_S, connections: CONNECTIONS });
+        const { profile } = (await session.send("HeapProfiler.stopSampling")) as { profile: { head: ProfileNode } };
+        if (r.bad > 0) throw new Error(`${arm.name}: ${r.bad} failed requests`);
+        const { total, sites } = bySite(profile.head, r.ok);
+        log(`${arm.name}: ${(total / 1024).toFixed(1)} KB per request`);
+        out.push(`## ${arm.name}: ${(total / 1024).toFixed(1)} KB allocated per emit (${r.ok} emits)`, "");
+        out.push("| bytes per emit | site |", "|---|---|");
+        for (const [site, bytes] of sites.slice(0, TOP)) out.push(`| ${bytes.toFixed(0)} | \`${site}\` |`);
+        out.push("");
+      } finally {
+        session.close();
+      }
+    }
+    process.stdout.write(`${out.join("\n")}\n`);
+  } finally {
+    for (const s of stops) await s().catch(() => undefined);
+  }
+}
+
+await main();
+process.exit(0);
