@@ -24,12 +24,12 @@ import { Redis } from "ioredis";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
 import { ROOT } from "./child.js";
 import { startBaseline } from "./baselines.js";
-import { type ArmSlices, interleavedSlices, median, roundRatios, type SliceArm } from "./interleave.js";
+import { type ArmSlices, interleavedSlices, roundRatios, type SliceArm } from "./interleave.js";
 import { commandCalls } from "./meter.js";
-import { buildDaemon, createPaidUser, type DaemonProcess, startDaemonProcess } from "./daemon-process.js";
+import { buildDaemon, type EmitDaemon, startEmitDaemon } from "./daemon-process.js";
 import { hammer, smallEvent } from "./load.js";
 import { RUNTIME_DAEMON_ENV } from "./runtime.js";
-import { envInt } from "./stats.js";
+import { envInt, median } from "./stats.js";
 
 const ROUNDS = envInt("AB_ROUNDS", 8);
 const SLICE_S = envInt("AB_SLICE_S", 3);
@@ -65,17 +65,13 @@ async function main(): Promise<void> {
   const stops: (() => Promise<unknown>)[] = [() => redis.close()];
   try {
     const adminToken = `ab-admin-${randomBytes(8).toString("hex")}`;
-    // Each daemon has a Redis of its own: on a shared one, the first daemon would hold the
-    // leases (timers, housekeeping, the queue monitor) and pay for that work in its slices.
-    const daemons: { name: string; d: DaemonProcess; key: string; redisUrl: string; redisPid: number | undefined }[] = [];
+    const daemons: { name: string; e: EmitDaemon }[] = [];
     for (const [name, root] of [["this", ROOT], ...(OTHER_ROOT ? [["other", OTHER_ROOT]] : [])] as [string, string][]) {
-      const own = await startEmbeddedRedis();
-      stops.unshift(() => own.close());
-      const d = await startDaemonProcess({ redisUrl: own.url, adminToken, env: daemonEnv(), root }, `daemon(${name})`);
-      stops.unshift(() => d.stop());
-      daemons.push({ name, d, key: await createPaidUser(d.url, adminToken, "ab"), redisUrl: own.url, redisPid: own.pid });
+      const e = await startEmitDaemon({ adminToken, env: daemonEnv(), root }, `daemon(${name})`, "ab");
+      stops.unshift(() => e.stop());
+      daemons.push({ name, e });
     }
-    const { child: baseline, url: baselineUrl } = await startBaseline("koa-evalsha", { REDIS_URL: redis.url }, "koa-evalsha");
+    const { child: baseline, url: baselineUrl } = await startBaseline("koa-evalsha", { REDIS_URL: redis.url }, { name: "koa-evalsha" });
     stops.unshift(() => baseline.stop());
     const arms: SliceArm[] = [
       {
@@ -85,12 +81,12 @@ async function main(): Promise<void> {
         headers: { authorization: "Bearer x" },
         redisPid: redis.pid,
       },
-      ...daemons.map(({ name, d, key, redisPid }) => ({
+      ...daemons.map(({ name, e }) => ({
         name: `daemon (${name})`,
-        pid: d.child.pid as number,
-        url: `${d.url}/v1/workflows/p_ab_ingest/events`,
-        headers: { authorization: `Bearer ${key}` },
-        redisPid,
+        pid: e.daemon.child.pid as number,
+        url: `${e.daemon.url}/v1/workflows/p_ab_ingest/events`,
+        headers: { authorization: `Bearer ${e.key}` },
+        redisPid: e.redis.pid,
       })),
     ];
     const body = JSON.stringify({ event: smallEvent(1) });
@@ -123,8 +119,8 @@ async function main(): Promise<void> {
     // Script calls (EVAL and EVALSHA) each daemon's Redis ran per request it answered (warm-up and
     // start-up included): the record step's group commit shows as fewer than one.
     const calls: string[] = [];
-    for (const [i, { name, redisUrl }] of daemons.entries()) {
-      calls.push(`daemon (${name}) ${((await scriptCalls(redisUrl)) / (answered[i + 1] as number)).toFixed(2)}`);
+    for (const [i, { name, e }] of daemons.entries()) {
+      calls.push(`daemon (${name}) ${((await scriptCalls(e.redis.url)) / (answered[i + 1] as number)).toFixed(2)}`);
     }
     process.stdout.write(
       `${out.join("\n")}\n(other CPU peaked at ${Math.round(otherPeakPct)} % of a core; Redis script calls per request: ${calls.join(", ")})\n`,

@@ -15,12 +15,11 @@
  * and profiled in turn, each daemon on a Redis of its own, `ROLES=api`.
  */
 import { randomBytes } from "node:crypto";
-import { createServer } from "node:net";
 import { WebSocket } from "undici";
-import { startEmbeddedRedis } from "../src/redis/embedded.js";
+import { freePort, startEmbeddedRedis } from "../src/redis/embedded.js";
 import { startBaseline } from "./baselines.js";
 import { ROOT } from "./child.js";
-import { buildDaemon, createPaidUser, startDaemonProcess } from "./daemon-process.js";
+import { buildDaemon, startEmitDaemon } from "./daemon-process.js";
 import { hammer, smallEvent } from "./load.js";
 import { RUNTIME_DAEMON_ENV } from "./runtime.js";
 import { envInt } from "./stats.js";
@@ -31,16 +30,6 @@ const TOP = envInt("ALLOC_TOP", 25);
 const INTERVAL = envInt("ALLOC_INTERVAL", 1024);
 const CONNECTIONS = envInt("BENCH_CONNECTIONS", 8);
 const OTHER_ROOT = process.env.ALLOC_ROOT;
-
-/** A loopback port free right now (for a child's inspector). */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  if (address === null || typeof address === "string") throw new Error("no port");
-  return address.port;
-}
 
 /** One DevTools-protocol session with the process whose inspector listens on `port`. */
 async function inspect(port: number) {
@@ -102,25 +91,25 @@ async function main(): Promise<void> {
     const baseRedis = await startEmbeddedRedis();
     stops.unshift(() => baseRedis.close());
     const basePort = await freePort();
-    const { child, url } = await startBaseline("koa-evalsha", { REDIS_URL: baseRedis.url }, "koa-evalsha", [
-      `--inspect=127.0.0.1:${basePort}`,
-    ]);
+    const { child, url } = await startBaseline(
+      "koa-evalsha",
+      { REDIS_URL: baseRedis.url },
+      { name: "koa-evalsha", nodeArgs: [`--inspect=127.0.0.1:${basePort}`] },
+    );
     stops.unshift(() => child.stop());
     arms.push({ name: "Koa + EVALSHA", url, headers: { authorization: "Bearer x" }, port: basePort });
     for (const [name, root] of [["this", ROOT], ...(OTHER_ROOT ? [["other", OTHER_ROOT]] : [])] as [string, string][]) {
-      const redis = await startEmbeddedRedis();
-      stops.unshift(() => redis.close());
       const port = await freePort();
-      const d = await startDaemonProcess(
-        { redisUrl: redis.url, adminToken, env: RUNTIME_DAEMON_ENV, root, roles: "api", flags: [`--inspect=127.0.0.1:${port}`] },
+      const e = await startEmitDaemon(
+        { adminToken, env: RUNTIME_DAEMON_ENV, root, roles: "api", flags: [`--inspect=127.0.0.1:${port}`] },
         `daemon(${name})`,
+        "alloc",
       );
-      stops.unshift(() => d.stop());
-      const key = await createPaidUser(d.url, adminToken, "alloc");
+      stops.unshift(() => e.stop());
       arms.push({
         name: `daemon (${name})`,
-        url: `${d.url}/v1/workflows/p_alloc/events`,
-        headers: { authorization: `Bearer ${key}` },
+        url: `${e.daemon.url}/v1/workflows/p_alloc/events`,
+        headers: { authorization: `Bearer ${e.key}` },
         port,
       });
     }

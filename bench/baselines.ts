@@ -38,6 +38,18 @@ export async function koaEvalshaBaseline(opts: {
   return closedLoopBaseline("koa-evalsha", { REDIS_URL: opts.redisUrl }, opts.redisPid, opts);
 }
 
+/** How `startBaseline` runs its child, past the defaults. */
+export interface BaselineStart {
+  /** The child's name in logs (default `<mode>-baseline`). */
+  readonly name?: string;
+  /** Node flags after BASELINE_NODE_ARGS (an inspector port, say). */
+  readonly nodeArgs?: readonly string[];
+  /** Runs the child under another program (bench/instructions.ts: valgrind); see `spawnNode`. */
+  readonly wrapper?: readonly string[];
+  /** How long it may take to listen (default 30 s; far longer under valgrind). */
+  readonly startTimeoutMs?: number;
+}
+
 /**
  * Starts a Koa baseline child (`baseline-child.ts <mode>`) and waits until it listens; `url` is its
  * emit route. The caller stops the child.
@@ -45,13 +57,19 @@ export async function koaEvalshaBaseline(opts: {
 export async function startBaseline(
   mode: "koa" | "koa-evalsha",
   env: Record<string, string>,
-  name = `${mode}-baseline`,
-  /** Node flags after BASELINE_NODE_ARGS (an inspector port, say). */
-  extraNodeArgs: readonly string[] = [],
+  opts: BaselineStart = {},
 ): Promise<{ child: NodeChild; url: string }> {
-  const child = spawnNode(name, [...BASELINE_NODE_ARGS, ...extraNodeArgs], "bench/baseline-child.ts", [mode], env);
+  const child = spawnNode(
+    opts.name ?? `${mode}-baseline`,
+    [...BASELINE_NODE_ARGS, ...(opts.nodeArgs ?? [])],
+    "bench/baseline-child.ts",
+    [mode],
+    env,
+    undefined,
+    opts.wrapper,
+  );
   try {
-    const m = await child.waitForLine(/^READY (\d+)/, 30_000);
+    const m = await child.waitForLine(/^READY (\d+)/, opts.startTimeoutMs ?? 30_000);
     return { child, url: `http://127.0.0.1:${m[1]}/v1/workflows/p_bench/events` };
   } catch (err) {
     await child.stop();

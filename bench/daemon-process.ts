@@ -1,6 +1,6 @@
 import { execFileSync } from "node:child_process";
 import path from "node:path";
-import { freePort } from "../src/redis/embedded.js";
+import { type EmbeddedRedis, freePort, startEmbeddedRedis } from "../src/redis/embedded.js";
 import { type NodeChild, ROOT, spawnNode } from "./child.js";
 import { sleep } from "./stats.js";
 
@@ -152,6 +152,44 @@ export async function createPaidUser(base: string, adminToken: string, username:
     201,
   );
   return user.api_key;
+}
+
+/** A daemon on a Redis of its own, with one paid user: what the side-by-side scripts load. */
+export interface EmitDaemon {
+  readonly daemon: DaemonProcess;
+  readonly redis: EmbeddedRedis;
+  /** The paid user's API key. */
+  readonly key: string;
+  /** Stops the daemon, then its Redis. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a Redis, a daemon on it and a paid user (`bench/ab-ingest.ts`, `bench/allocations.ts`).
+ * Each daemon of such a script has a Redis of its own: on a shared one, the first daemon would hold
+ * the leases (timers, housekeeping, the queue monitor) and pay for that work in its measurements.
+ */
+export async function startEmitDaemon(opts: Omit<DaemonProcessOptions, "redisUrl">, name: string, username: string): Promise<EmitDaemon> {
+  const redis = await startEmbeddedRedis();
+  let daemon: DaemonProcess | undefined;
+  try {
+    daemon = await startDaemonProcess({ ...opts, redisUrl: redis.url }, name);
+    const key = await createPaidUser(daemon.url, opts.adminToken, username);
+    const started = daemon;
+    return {
+      daemon,
+      redis,
+      key,
+      async stop() {
+        await started.stop();
+        await redis.close();
+      },
+    };
+  } catch (err) {
+    await daemon?.stop().catch(() => undefined);
+    await redis.close().catch(() => undefined);
+    throw err;
+  }
 }
 
 /**

@@ -23,8 +23,8 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import autocannon from "autocannon";
 import { startEmbeddedRedis } from "../src/redis/embedded.js";
-import { BASELINE_NODE_ARGS } from "./baselines.js";
-import { type NodeChild, spawnNode } from "./child.js";
+import { startBaseline } from "./baselines.js";
+import type { NodeChild } from "./child.js";
 import { buildDaemon, createPaidUser, startDaemonProcess } from "./daemon-process.js";
 import { smallEvent } from "./load.js";
 import { RUNTIME_DAEMON_ENV } from "./runtime.js";
@@ -102,18 +102,12 @@ interface Arm {
 
 async function baselineArm(redisUrl: string): Promise<Arm> {
   const name = "koa-evalsha";
-  const child = spawnNode(
-    name,
-    BASELINE_NODE_ARGS,
-    "bench/baseline-child.ts",
-    ["koa-evalsha"],
+  const { child, url } = await startBaseline(
+    "koa-evalsha",
     { REDIS_URL: redisUrl },
-    undefined,
-    wrapper(name),
+    { name, wrapper: wrapper(name), startTimeoutMs: START_TIMEOUT_MS },
   );
   try {
-    const [, port] = await child.waitForLine(/^READY (\d+)/, START_TIMEOUT_MS);
-    const url = `http://127.0.0.1:${port}/v1/workflows/p_instr/events`;
     await emits(url, {}, WARMUP);
     return { name: "Koa + EVALSHA", ...(await perEmit(child, name, undefined, () => emits(url, {}, REQUESTS))) };
   } finally {

@@ -7,6 +7,7 @@
  */
 import { cpuMeter } from "./cpu.js";
 import { hammer } from "./load.js";
+import { median } from "./stats.js";
 
 /** One process under load: where to send, and whose CPU to count (the process and its children). */
 export interface SliceArm {
@@ -45,13 +46,6 @@ export interface InterleavedIngest {
   /** The median over slices of the same. */
   readonly otherMedianPct: number;
 }
-
-export const median = (xs: readonly number[]): number => {
-  if (xs.length === 0) return Number.NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
-};
 
 /** Each round's ratio of `a` to `b` (per slice pair), for a median and a range. */
 export const roundRatios = (a: readonly number[], b: readonly number[]): number[] => a.map((x, i) => x / (b[i] as number));

@@ -1,12 +1,12 @@
 import type { BullLatencyResult, DrainResult } from "./baselines.js";
 import type { CpuShares } from "./cpu.js";
-import { type InterleavedIngest, median } from "./interleave.js";
+import type { InterleavedIngest } from "./interleave.js";
 import type { LiveTailResult } from "./live-tail.js";
 import type { ClosedLoopResult } from "./load.js";
 import type { Cost } from "./meter.js";
 import type { RelayRun } from "./relay.js";
 import type { HistogramDelta, InlineResult, SandboxResult, SourceHttpResult, TimerResult } from "./runtime.js";
-import { fmt, type Summary } from "./stats.js";
+import { fmt, median, type Summary } from "./stats.js";
 
 export interface LatencyResult {
   readonly rate: number;

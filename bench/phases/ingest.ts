@@ -1,10 +1,10 @@
 /** Closed-loop ingest: single emits and batches of 100 against the deployment, fan-out included in the cost; single emits interleaved with Koa + EVALSHA. */
 import { startBaseline } from "../baselines.js";
 import type { BenchContext, Phase } from "../context.js";
-import { type ArmSlices, type InterleavedIngest, interleavedSlices, median, roundRatios, type SliceArm } from "../interleave.js";
+import { type ArmSlices, type InterleavedIngest, interleavedSlices, roundRatios, type SliceArm } from "../interleave.js";
 import { type ClosedLoopResult, hammer, smallEvent } from "../load.js";
 import type { Cost } from "../meter.js";
-import { envInt, fmt } from "../stats.js";
+import { envInt, fmt, median } from "../stats.js";
 
 /** The ingest workflow: nothing subscribes to it, so the record script writes no outbox entry. */
 const INGEST_WORKFLOW = "p_bench_ingest";
@@ -70,7 +70,7 @@ export const interleaved: Phase = {
     const sliceS = envInt("BENCH_INGEST_SLICE_S", 3);
     const pid = ctx.dep.pids.daemon ?? ctx.dep.pids.api;
     if (pid === undefined) throw new Error("interleaved: the deployment has no process taking emits");
-    const { child, url } = await startBaseline("koa-evalsha", { REDIS_URL: ctx.redisServer.url }, "koa-evalsha-interleaved");
+    const { child, url } = await startBaseline("koa-evalsha", { REDIS_URL: ctx.redisServer.url }, { name: "koa-evalsha-interleaved" });
     try {
       const arms: SliceArm[] = [
         {
