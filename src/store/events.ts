@@ -1,16 +1,11 @@
 import type { RedisClient } from "./context.js";
 import { ValidationError } from "../domain/errors.js";
-import { emitterGlob, isEventId } from "../domain/ids.js";
+import { isEventId } from "../domain/ids.js";
 import { pageInfo, type PageInfo } from "../domain/pagination.js";
 import type { Keys } from "./keys.js";
 import { normalizeChannel } from "./keys.js";
-import {
-  type ChargedRecord,
-  DEFAULT_RECORD_GROUP_LIMITS,
-  type RecordGroupLimits,
-  RecordGroups,
-  type RecordTarget,
-} from "./record-groups.js";
+import { type ChargedRecord, DEFAULT_RECORD_GROUP_LIMITS, type RecordGroupLimits, RecordGroups } from "./record-groups.js";
+import { RecordTargets } from "./record-targets.js";
 import { defineScript, writeTogether } from "./script.js";
 import { RECORD_EVENTS } from "./scripts/record-events.js";
 
@@ -101,6 +96,8 @@ function metaJson(meta: EmitMeta): string {
 export class EventStore {
   /** The record step's group commit (store/record-groups.ts). */
   private readonly groups: RecordGroups;
+  /** The record script's keys and shared arguments per user, emitter and channel (store/record-targets.ts). */
+  private readonly targets: RecordTargets;
 
   constructor(
     private readonly redis: RedisClient,
@@ -108,6 +105,7 @@ export class EventStore {
     /** How large one record call may grow (store/record-groups.ts). */
     groupLimits: RecordGroupLimits = DEFAULT_RECORD_GROUP_LIMITS,
   ) {
+    this.targets = new RecordTargets(keys);
     this.groups = new RecordGroups(defineScript(redis, RECORD_EVENTS), (send) => writeTogether(redis, send), groupLimits);
   }
 
@@ -126,9 +124,7 @@ export class EventStore {
   recordGuarded(input: RecordInput, guardKey: string | undefined, charge?: IngressCharge): Promise<ChargedRecord | null> {
     // Not async (an emit's hot path): the group's promise; a throw here reaches the caller, which awaits this.
     const channel = normalizeChannel(input.channel);
-    const summaryKey = this.keys.events(input.userId, input.emitterId, channel);
-    // The script checks KEYS[6] only when it differs from KEYS[1] (a guard is never a summary stream).
-    if (guardKey === summaryKey) throw new Error("recordGuarded: the guard key cannot be the summary stream");
+    const target = this.targets.get(input.userId, input.emitterId, channel, input.emitterKind, guardKey, charge);
     const pairs: string[] = [];
     const wrap = input.emitterKind === "workflow" && channel !== "$errors" ? ',"w":1' : "";
     for (const e of input.events) {
@@ -138,33 +134,7 @@ export class EventStore {
       pairs.push(`{"p":${payload},"x":${jsonString(e.emitId)},"m":${metaJson(e.meta)}${wrap}}`, payload);
     }
     const request = { acceptedAtMs: input.acceptedAtMs, hops: input.hops ?? 0, cost: charge?.cost ?? 0, pairs };
-    return this.groups.add(this.target(input, channel, summaryKey, guardKey, charge), request);
-  }
-
-  /** The keys and shared arguments of a record (store/scripts/record-events.ts); records with the same share a call. */
-  private target(
-    input: RecordInput,
-    channel: string,
-    summaryKey: string,
-    guardKey: string | undefined,
-    charge: IngressCharge | undefined,
-  ): RecordTarget {
-    const rate = charge === undefined ? "0" : String(charge.perSecond);
-    const burst = charge === undefined ? "0" : String(charge.burst);
-    const guard = guardKey ?? summaryKey;
-    const bucket = charge?.key ?? summaryKey;
-    const exactIndex = this.keys.subscriptionIndex(input.userId, input.emitterId, channel);
-    const glob = emitterGlob(input.emitterId);
-    const keys = [
-      summaryKey,
-      this.keys.outboxOf(input.userId),
-      this.keys.eventChannels(input.userId, input.emitterId),
-      exactIndex,
-      glob ? this.keys.subscriptionIndex(input.userId, glob, channel) : exactIndex,
-      guard,
-      bucket,
-    ];
-    return { keys, shared: [input.userId, input.emitterId, channel, input.emitterKind, rate, burst] };
+    return this.groups.add(target, request);
   }
 
   /** Record requests taken and record script calls sent by this store (store/record-groups.ts). */

@@ -46,8 +46,9 @@ interface Group {
   chars: number;
 }
 
-/** The same keys and shared arguments. */
+/** The same keys and shared arguments (store/record-targets.ts hands out one object per target). */
 function sameTarget(a: RecordTarget, b: RecordTarget): boolean {
+  if (a === b) return true;
   for (let i = 0; i < a.keys.length; i++) if (a.keys[i] !== b.keys[i]) return false;
   for (let i = 0; i < a.shared.length; i++) if (a.shared[i] !== b.shared[i]) return false;
   return true;
