@@ -2,10 +2,10 @@ import type { AddressInfo } from "node:net";
 import { Router } from "@koa/router";
 import Koa, { type Middleware } from "koa";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RouteGroups, segmentAt } from "../../../src/api/route-groups.js";
+import { depthAt, RouteGroups, segmentAt } from "../../../src/api/route-groups.js";
 
 /**
- * The /v1 API is one router per resource (src/api/route-groups.ts). These tests serve a small set
+ * The /v1 API is one router per resource and depth (src/api/route-groups.ts). These tests serve a small set
  * of groups over loopback HTTP and check that a request behaves as with one router: its route,
  * the routers' shared middleware, 405 with `Allow` from the group that holds the path, and an
  * unknown resource going on to the next middleware.
@@ -22,6 +22,19 @@ describe("segmentAt", () => {
     expect(segmentAt("/v1", 3)).toBe("");
     expect(segmentAt("/v1abc/users", 3)).toBe("");
     expect(segmentAt("/v1//users", 3)).toBe("");
+  });
+});
+
+describe("depthAt", () => {
+  it("counts the segments after the prefix, a trailing slash aside", () => {
+    expect(depthAt("/v1/workflows/p_1/events", 3)).toBe(3);
+    expect(depthAt("/v1/workflows/p_1/events/", 3)).toBe(3);
+    expect(depthAt("/v1/users", 3)).toBe(1);
+    expect(depthAt("/v1/users/", 3)).toBe(1);
+    expect(depthAt("/workflows/:id/events", 0)).toBe(3);
+    expect(depthAt("/v1/workflows/a%2Fb/events", 3)).toBe(3);
+    expect(depthAt("/v1", 3)).toBe(0);
+    expect(depthAt("/v1/", 3)).toBe(1);
   });
 });
 
@@ -57,6 +70,9 @@ describe("RouteGroups over HTTP", () => {
       ctx.status = 202;
       ctx.body = { route: "emit", id: ctx.params.id };
     });
+    groups.get("/workflows/:id/event_summaries", (ctx) => {
+      ctx.body = { route: "summaries", id: ctx.params.id };
+    });
     groups.put("/users/me", (ctx) => {
       ctx.body = { route: "put me" };
     });
@@ -87,12 +103,31 @@ describe("RouteGroups over HTTP", () => {
     return { status: res.status, allow: res.headers.get("allow"), body: text ? JSON.parse(text) : undefined };
   };
 
-  it("makes one router per resource, holding only that resource's routes", () => {
-    expect(made).toHaveLength(2);
+  it("makes one router per resource and depth, holding only those routes", () => {
+    expect(made).toHaveLength(3);
     expect(groups.routers().map((r) => r.stack.filter((l) => l.methods.length > 0).map((l) => l.path))).toEqual([
-      ["/v1/workflows/:id", "/v1/workflows/:id/events"],
+      ["/v1/workflows/:id"],
+      ["/v1/workflows/:id/events", "/v1/workflows/:id/event_summaries"],
       ["/v1/users/me", "/v1/users/me"],
     ]);
+  });
+
+  it("routes a path with its trailing slash, and a parameter holding an encoded slash", async () => {
+    expect(await call("POST", "/v1/workflows/p_3/events/")).toMatchObject({ status: 202, body: { route: "emit", id: "p_3" } });
+    expect(await call("GET", "/v1/workflows/p_3/")).toMatchObject({ status: 200, body: { route: "get workflow", id: "p_3" } });
+    expect(await call("GET", "/v1/workflows/a%2Fb/event_summaries")).toMatchObject({ status: 200, body: { route: "summaries", id: "a/b" } });
+  });
+
+  it("answers 405 from the group of the path's depth, and hands a known resource at an unknown depth on", async () => {
+    const r = await call("DELETE", "/v1/workflows/p_1/events");
+    expect(r.status).toBe(405);
+    expect(r.allow?.split(/,\s*/).sort()).toEqual(["POST"]);
+    const w = await call("POST", "/v1/workflows/p_1");
+    expect(w.status).toBe(405);
+    expect(w.allow?.split(/,\s*/).sort()).toEqual(["GET", "HEAD"]);
+    for (const path of ["/v1/workflows", "/v1/workflows/p_1/events/more", "/v1/workflows//events"]) {
+      expect(await call("GET", path), path).toMatchObject({ status: 404 });
+    }
   });
 
   it("runs the route of the path and method, after the shared middleware", async () => {
@@ -131,6 +166,9 @@ describe("RouteGroups over HTTP", () => {
     );
     expect(() => g.get("/:resource/x", () => undefined)).toThrow(/literal resource name/);
     expect(() => g.get("/", () => undefined)).toThrow(/literal resource name/);
+    expect(() => g.get("/a/(.*)", () => undefined)).toThrow(/literal or a :name parameter/);
+    expect(() => g.get("/a/:id?", () => undefined)).toThrow(/literal or a :name parameter/);
+    expect(() => g.get("/a/", () => undefined)).toThrow(/literal or a :name parameter/);
     g.get("/a", () => undefined);
     g.dispatch();
     expect(() => g.get("/b", () => undefined)).toThrow(/after the routes were dispatched/);
