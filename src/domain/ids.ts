@@ -14,9 +14,10 @@ export type RandomBytes = (n: number) => Uint8Array;
 export function randomBase62(length: number, randomBytes: RandomBytes): string {
   let out = "";
   while (out.length < length) {
-    for (const b of randomBytes(length * 2)) {
+    const bytes = randomBytes(length * 2);
+    for (let i = 0; i < bytes.length && out.length < length; i++) {
+      const b = bytes[i] as number;
       if (b < 248) out += ALPHABET[b % 62];
-      if (out.length === length) break;
     }
   }
   return out;

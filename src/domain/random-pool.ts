@@ -17,7 +17,9 @@ export function pooledRandomBytes(fill: (buf: Uint8Array) => void, blockSize = 4
       fill(pool);
       offset = 0;
     }
-    const out = pool.slice(offset, offset + n);
+    // A view, not a copy (a copy is a new ArrayBuffer, with its own malloc and sweep, on every id):
+    // the bytes are never handed out again, and a refill takes a new block instead of rewriting this one.
+    const out = pool.subarray(offset, offset + n);
     offset += n;
     return out;
   };

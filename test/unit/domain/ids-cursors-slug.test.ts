@@ -76,6 +76,18 @@ describe("pooled random bytes", () => {
     expect([...take(2)]).toEqual([2, 2]);
     expect(fills).toBe(2);
   });
+  it("never changes bytes it handed out: a refill takes a new block", () => {
+    let fills = 0;
+    const take = pooledRandomBytes((buf) => {
+      fills++;
+      buf.fill(fills);
+    }, 8);
+    const first = take(6);
+    take(4);
+    take(4);
+    expect(fills).toBe(2);
+    expect([...first]).toEqual([1, 1, 1, 1, 1, 1]);
+  });
   it("fills requests larger than a block directly", () => {
     const take = pooledRandomBytes((buf) => buf.fill(7), 4);
     expect(take(10)).toHaveLength(10);
