@@ -115,7 +115,10 @@ describe("RouteGroups over HTTP", () => {
   it("routes a path with its trailing slash, and a parameter holding an encoded slash", async () => {
     expect(await call("POST", "/v1/workflows/p_3/events/")).toMatchObject({ status: 202, body: { route: "emit", id: "p_3" } });
     expect(await call("GET", "/v1/workflows/p_3/")).toMatchObject({ status: 200, body: { route: "get workflow", id: "p_3" } });
-    expect(await call("GET", "/v1/workflows/a%2Fb/event_summaries")).toMatchObject({ status: 200, body: { route: "summaries", id: "a/b" } });
+    expect(await call("GET", "/v1/workflows/a%2Fb/event_summaries")).toMatchObject({
+      status: 200,
+      body: { route: "summaries", id: "a/b" },
+    });
   });
 
   it("answers 405 from the group of the path's depth, and hands a known resource at an unknown depth on", async () => {
