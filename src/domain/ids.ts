@@ -10,21 +10,37 @@ export type IdPrefix = (typeof ID_PREFIXES)[number];
 
 export type RandomBytes = (n: number) => Uint8Array;
 
-/** base62 string of `length` characters; rejection sampling keeps the distribution uniform. */
-export function randomBase62(length: number, randomBytes: RandomBytes): string {
-  let out = "";
-  while (out.length < length) {
+/** The alphabet's character codes. */
+const CODES = Array.from(ALPHABET, (c) => c.charCodeAt(0));
+
+/**
+ * `prefix`, then `length` random base62 characters (rejection sampling keeps the distribution
+ * uniform), as one flat string made from character codes: concatenating the characters made a
+ * rope of strings, which the first regular expression or hash to read the id had to copy flat
+ * again (an emit id and its JSON check: 366 -> 215 ns in a loop).
+ */
+function randomChars(prefix: string, length: number, randomBytes: RandomBytes): string {
+  const end = prefix.length + length;
+  const codes: number[] = new Array(end);
+  for (let i = 0; i < prefix.length; i++) codes[i] = prefix.charCodeAt(i);
+  let n = prefix.length;
+  while (n < end) {
     const bytes = randomBytes(length * 2);
-    for (let i = 0; i < bytes.length && out.length < length; i++) {
+    for (let i = 0; i < bytes.length && n < end; i++) {
       const b = bytes[i] as number;
-      if (b < 248) out += ALPHABET[b % 62];
+      if (b < 248) codes[n++] = CODES[b % 62] as number;
     }
   }
-  return out;
+  return String.fromCharCode.apply(null, codes);
+}
+
+/** base62 string of `length` characters. */
+export function randomBase62(length: number, randomBytes: RandomBytes): string {
+  return randomChars("", length, randomBytes);
 }
 
 export function newId(prefix: IdPrefix, randomBytes: RandomBytes, length = 16): string {
-  return prefix + randomBase62(length, randomBytes);
+  return randomChars(prefix, length, randomBytes);
 }
 
 /** True when `id` has the prefix followed by base62 characters. */

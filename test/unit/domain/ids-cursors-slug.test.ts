@@ -22,6 +22,14 @@ describe("ids", () => {
     const mixed = (n: number) => (calls++ === 0 ? high(n) : new Uint8Array(n).fill(61));
     expect(randomBase62(3, mixed)).toBe("zzz");
   });
+  it("maps each kept byte to its base62 character, after the prefix", () => {
+    const counting = (n: number) => Uint8Array.from({ length: n }, (_, i) => i);
+    expect(randomBase62(62, (n) => Uint8Array.from({ length: n }, (_, i) => i % 62))).toBe(
+      "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+    );
+    expect(newId("emit_", counting)).toBe("emit_0123456789ABCDEF");
+    expect(randomBase62(4, (n) => Uint8Array.from({ length: n }, (_, i) => [248, 62, 255, 247, 123, 63][i % 6] as number))).toBe("0zz1");
+  });
   it("recognises workflow and event ids", () => {
     expect(isWorkflowId("p_abc-DEF_9")).toBe(true);
     expect(isWorkflowId("p_")).toBe(false);
