@@ -4,7 +4,7 @@ import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import { type DeliveryRecord, deliveryView } from "../store/attempt-log.js";
 import type { EmitMeta } from "../store/events.js";
-import type { Ingest } from "./ingest.js";
+import type { Ingest, RecordGuard } from "./ingest.js";
 
 /** How the circuit breaker reports a change of a webhook's circuit (`HealthReporter.onCircuitChange`). */
 export type CircuitChange = "opened" | "closed";
@@ -37,6 +37,11 @@ class WebhookGone extends Error {}
  */
 export class HealthEvents implements HealthReporter {
   private readonly now: () => number;
+  /** A health event's guard: its webhook's record; a deleted webhook's event is skipped, never recreated. */
+  private readonly webhookGuard: RecordGuard = {
+    keyOf: (userId, webhookId) => this.d.webhookKey(userId, webhookId),
+    ensure: () => Promise.reject(new WebhookGone()),
+  };
 
   constructor(private readonly d: HealthEventsDeps) {
     this.now = d.now ?? Date.now;
@@ -107,10 +112,6 @@ export class HealthEvents implements HealthReporter {
   }
 
   private async emit(userId: string, webhookId: string, channel: HealthChannel, payload: unknown, meta: EmitMeta, hops = 0): Promise<void> {
-    const guard = {
-      key: this.d.webhookKey(userId, webhookId),
-      ensure: (): Promise<void> => Promise.reject(new WebhookGone()),
-    };
     try {
       await this.d.ingest.recordFor(
         userId,
@@ -118,7 +119,7 @@ export class HealthEvents implements HealthReporter {
         "webhook",
         [{ event: payload, name: channel, meta: { ...meta, ts: this.now() } }],
         hops,
-        guard,
+        this.webhookGuard,
       );
       this.d.metrics.healthEvents.inc({ event_name: channel, outcome: "recorded" });
     } catch (err) {

@@ -4,7 +4,7 @@ import { ValidationError } from "../domain/errors.js";
 import { newId, type RandomBytes } from "../domain/ids.js";
 import type { Metrics } from "../observability/metrics.js";
 import { channelLabel } from "../observability/metrics.js";
-import type { EmitMeta, EmitterKind, EventStore, IngressCharge, NewEvent } from "../store/events.js";
+import type { EmitMeta, EmitterKind, EventStore, GuardKeyOf, IngressCharge, NewEvent } from "../store/events.js";
 
 export const MAX_BATCH = 1000;
 
@@ -83,10 +83,25 @@ export interface IngressAdmission {
 }
 
 /**
+ * A key a record requires (store/events.ts `recordGuarded`), and what makes it exist when it is
+ * missing, both for the record's user and emitter.
+ */
+export interface RecordGuard {
+  readonly keyOf: GuardKeyOf;
+  ensure(userId: string, emitterId: string): Promise<void>;
+}
+
+/**
  * Records events for an emitter. Consecutive events on the same channel go in one atomic script
  * call; the ids come back in input order.
  */
 export class Ingest {
+  /** A workflow emit's guard: its workflow's record, registered when missing (one object, so emits share a record target). */
+  private readonly workflowGuard: RecordGuard = {
+    keyOf: (userId, workflowId) => this.workflows.recordKey(userId, workflowId),
+    ensure: (userId, workflowId) => this.workflows.ensure(userId, workflowId),
+  };
+
   constructor(
     private readonly events: EventStore,
     private readonly workflows: WorkflowRegistry,
@@ -103,7 +118,7 @@ export class Ingest {
     kind: EmitterKind,
     emits: readonly EmitInput[],
     hops = 0,
-    guard?: { key: string; ensure: () => Promise<void> },
+    guard?: RecordGuard,
     /** Tokens of the user's ingress bucket, taken by the first record step (all or nothing). */
     charge?: IngressCharge,
   ): Promise<string[]> {
@@ -120,10 +135,10 @@ export class Ingest {
         i++;
       }
       const input = { userId, emitterId, emitterKind: kind, channel, events: run, hops, acceptedAtMs };
-      let recorded = await this.events.recordGuarded(input, guard?.key, unpaid);
+      let recorded = await this.events.recordGuarded(input, guard?.keyOf, unpaid);
       if (recorded === null) {
         // The guard key (the workflow record) is missing: register first, then record.
-        await guard?.ensure();
+        await guard?.ensure(userId, emitterId);
         recorded = await this.events.recordGuarded(input, undefined, unpaid);
       }
       if (recorded === null) throw new Error("an unguarded record wrote nothing");
@@ -148,8 +163,7 @@ export class Ingest {
   workflowEmit(userId: string, workflowId: string, emits: readonly EmitInput[]): Promise<string[]> {
     // Not async (the emit's hot path): a 413 from `charge` throws to the caller, which awaits this.
     const charge = this.rate?.charge(userId, emits.length);
-    const guard = { key: this.workflows.recordKey(userId, workflowId), ensure: () => this.workflows.ensure(userId, workflowId) };
-    return this.recordFor(userId, workflowId, "workflow", emits, 0, guard, charge);
+    return this.recordFor(userId, workflowId, "workflow", emits, 0, this.workflowGuard, charge);
   }
 
   /** A workflow error on $errors, with original_context filled in (SPEC §3). */

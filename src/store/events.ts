@@ -5,7 +5,7 @@ import { pageInfo, type PageInfo } from "../domain/pagination.js";
 import type { Keys } from "./keys.js";
 import { normalizeChannel } from "./keys.js";
 import { type ChargedRecord, DEFAULT_RECORD_GROUP_LIMITS, type RecordGroupLimits, RecordGroups } from "./record-groups.js";
-import { RecordTargets } from "./record-targets.js";
+import { type GuardKeyOf, RecordTargets } from "./record-targets.js";
 import { defineScript, writeTogether } from "./script.js";
 import { RECORD_EVENTS } from "./scripts/record-events.js";
 
@@ -65,7 +65,7 @@ export interface IngressCharge {
   readonly burst: number;
 }
 
-export type { ChargedRecord };
+export type { ChargedRecord, GuardKeyOf };
 
 const TRUNCATE_BYTES = 1024;
 
@@ -117,14 +117,14 @@ export class EventStore {
   }
 
   /**
-   * Like `record`, but only when `guardKey` exists (checked in the same script; null, nothing
-   * written, when it does not), and after `charge` tokens are taken from the user's ingress bucket
+   * Like `record`, but only when the key `guard` names for the record's user and emitter exists
+   * (checked in the same script; null, nothing written, when it does not), and after `charge` tokens are taken from the user's ingress bucket
    * in the same step (`waitMs`, nothing written, when the bucket cannot pay).
    */
-  recordGuarded(input: RecordInput, guardKey: string | undefined, charge?: IngressCharge): Promise<ChargedRecord | null> {
+  recordGuarded(input: RecordInput, guard: GuardKeyOf | undefined, charge?: IngressCharge): Promise<ChargedRecord | null> {
     // Not async (an emit's hot path): the group's promise; a throw here reaches the caller, which awaits this.
     const channel = normalizeChannel(input.channel);
-    const target = this.targets.get(input.userId, input.emitterId, channel, input.emitterKind, guardKey, charge);
+    const target = this.targets.get(input.userId, input.emitterId, channel, input.emitterKind, guard, charge);
     const pairs: string[] = [];
     const wrap = input.emitterKind === "workflow" && channel !== "$errors" ? ',"w":1' : "";
     for (const e of input.events) {

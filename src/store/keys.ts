@@ -37,13 +37,17 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
   // A user's shard and what every key of the user starts with, kept per user: an emit builds seven
   // keys of its user, and hashing the id to its shard and joining the prefix each time cost more
   // than the rest of them (about 1.1 of 1.8 µs per emit's keys).
-  const users = new Map<string, { readonly shard: number; readonly base: string }>();
+  // The ingress bucket's key is kept too: every emit names it, and the record step's targets
+  // (store/record-targets.ts) compare it with the one they were built with, which is instant for
+  // the same string and a copy and compare for an equal one.
+  const users = new Map<string, { readonly shard: number; readonly base: string; readonly ingressRate: string }>();
   const userOf = (userId: string) => {
     let user = users.get(userId);
     if (user === undefined) {
       if (users.size >= MAX_CACHED_USERS) users.clear();
       const shard = shardOf(userId, shards);
-      user = { shard, base: `${shardKey(shard)}:${userId}` };
+      const base = `${shardKey(shard)}:${userId}`;
+      user = { shard, base, ingressRate: `${base}:ingress-rate` };
       users.set(userId, user);
     }
     return user;
@@ -123,7 +127,7 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
     /** the user's source runs queued and not yet finished (store/run-backlog.ts: their BullMQ priority) */
     runBacklog: (userId: string) => `${u(userId)}:run-backlog`,
     /** token bucket of the user's ingress (workflow emits and HTTP source requests) */
-    ingressRate: (userId: string) => `${u(userId)}:ingress-rate`,
+    ingressRate: (userId: string) => userOf(userId).ingressRate,
 
     webhooks: (userId: string) => `${u(userId)}:webhooks`,
     webhook: (userId: string, id: string) => `${u(userId)}:webhook:${id}`,

@@ -2,6 +2,13 @@ import { emitterGlob } from "../domain/ids.js";
 import type { Keys } from "./keys.js";
 import type { RecordTarget } from "./record-groups.js";
 
+/**
+ * The key a record requires to exist (a workflow's record), named from the record's user and
+ * emitter. Callers pass one function per kind of guard: a target is kept for the function, and the
+ * key is built only when the target is.
+ */
+export type GuardKeyOf = (userId: string, emitterId: string) => string;
+
 /** The ingress bucket a record charges (store/events.ts `IngressCharge`), as far as its target depends on it. */
 export interface TargetBucket {
   readonly key: string;
@@ -13,7 +20,7 @@ export interface TargetBucket {
 interface Entry {
   readonly target: RecordTarget;
   readonly kind: string;
-  readonly guardKey: string | undefined;
+  readonly guard: GuardKeyOf | undefined;
   readonly bucketKey: string | undefined;
   readonly perSecond: number;
   readonly burst: number;
@@ -22,8 +29,8 @@ interface Entry {
 /** Targets kept before the cache starts over: far more emitter channels than one process records to at once. */
 export const MAX_RECORD_TARGETS = 10_000;
 
-function builtFrom(e: Entry, kind: string, guardKey: string | undefined, bucket: TargetBucket | undefined): boolean {
-  if (e.kind !== kind || e.guardKey !== guardKey) return false;
+function builtFrom(e: Entry, kind: string, guard: GuardKeyOf | undefined, bucket: TargetBucket | undefined): boolean {
+  if (e.kind !== kind || e.guard !== guard) return false;
   if (bucket === undefined) return e.bucketKey === undefined;
   return e.bucketKey === bucket.key && e.perSecond === bucket.perSecond && e.burst === bucket.burst;
 }
@@ -34,8 +41,10 @@ function builtFrom(e: Entry, kind: string, guardKey: string | undefined, bucket:
  * seven key strings and two arrays, and the group commit (store/record-groups.ts) then hashed the
  * first and compared all seven with its open group's, flattening each: about 1.3 µs of an emit
  * (perf, docs/performance.md). With one object per target, the group's lookup hits a hashed string
- * and its comparison an identical object. An entry is rebuilt when the request's kind, guard or
- * bucket differ from those it was built from; past `max` entries the cache starts over.
+ * and its comparison an identical object. An entry is rebuilt when the request's kind, guard function or
+ * bucket differ from those it was built from; past `max` entries the cache starts over. The keys
+ * a request brings are compared, not trusted: the bucket's key (store/keys.ts keeps one string per
+ * user, so this is instant) and the guard function (one per kind of guard).
  */
 export class RecordTargets {
   private readonly byUser = new Map<string, Map<string, Map<string, Entry>>>();
@@ -48,20 +57,20 @@ export class RecordTargets {
 
   /**
    * The target of `userId`'s `emitterId` on `channel` (the stored form: "" is the default channel),
-   * guarded by `guardKey` (none: unguarded) and charging `bucket` (none: nothing charged).
+   * guarded by the key `guard` names (none: unguarded) and charging `bucket` (none: nothing charged).
    */
   get(
     userId: string,
     emitterId: string,
     channel: string,
     kind: string,
-    guardKey: string | undefined,
+    guard: GuardKeyOf | undefined,
     bucket: TargetBucket | undefined,
   ): RecordTarget {
     let byEmitter = this.byUser.get(userId);
     let byChannel = byEmitter?.get(emitterId);
     const entry = byChannel?.get(channel);
-    if (entry !== undefined && builtFrom(entry, kind, guardKey, bucket)) return entry.target;
+    if (entry !== undefined && builtFrom(entry, kind, guard, bucket)) return entry.target;
     if (this.size >= this.max) {
       this.byUser.clear();
       this.size = 0;
@@ -77,11 +86,11 @@ export class RecordTargets {
       byEmitter.set(emitterId, byChannel);
     }
     if (!byChannel.has(channel)) this.size++;
-    const target = this.build(userId, emitterId, channel, kind, guardKey, bucket);
+    const target = this.build(userId, emitterId, channel, kind, guard?.(userId, emitterId), bucket);
     byChannel.set(channel, {
       target,
       kind,
-      guardKey,
+      guard,
       bucketKey: bucket?.key,
       perSecond: bucket?.perSecond ?? 0,
       burst: bucket?.burst ?? 0,

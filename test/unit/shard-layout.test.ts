@@ -42,13 +42,14 @@ describe("shard layout", () => {
   it("gives the same keys for a user however many other users came in between (the per-user cache starts over)", () => {
     const keys = createKeys("trib", 16);
     const fresh = createKeys("trib", 16);
-    const first = [keys.user("u_first"), keys.outboxOf("u_first"), keys.shardOf("u_first")];
+    const first = [keys.user("u_first"), keys.outboxOf("u_first"), keys.shardOf("u_first"), keys.ingressRate("u_first")];
+    expect(first[3]).toBe(`${keys.userKeyBase("u_first")}:ingress-rate`);
     // More users than the cache keeps (10,000): it starts over at least once.
     for (let i = 0; i < 25_000; i++) {
       const id = `u_${i.toString(36)}`;
       expect(keys.userKeyBase(id)).toBe(`trib:{${keys.shardTags[shardOf(id, 16)]}}:${id}`);
     }
-    expect([keys.user("u_first"), keys.outboxOf("u_first"), keys.shardOf("u_first")]).toEqual(first);
-    expect(first).toEqual([fresh.user("u_first"), fresh.outboxOf("u_first"), fresh.shardOf("u_first")]);
+    expect([keys.user("u_first"), keys.outboxOf("u_first"), keys.shardOf("u_first"), keys.ingressRate("u_first")]).toEqual(first);
+    expect(first).toEqual([fresh.user("u_first"), fresh.outboxOf("u_first"), fresh.shardOf("u_first"), fresh.ingressRate("u_first")]);
   });
 });

@@ -30,10 +30,10 @@ describe("recordGuarded", () => {
     const userId = `u_${randomBytes(6).toString("hex")}`;
     const guard = keys.workflow(userId, "p_guarded");
     const summary = keys.events(userId, "p_guarded", "");
-    expect(await store.recordGuarded(input(userId, 1_000), guard)).toBeNull();
+    expect(await store.recordGuarded(input(userId, 1_000), keys.workflow)).toBeNull();
     expect(await redis.xlen(summary)).toBe(0);
     await redis.set(guard, "{}");
-    const r = await store.recordGuarded(input(userId, 2_000), guard);
+    const r = await store.recordGuarded(input(userId, 2_000), keys.workflow);
     expect(r !== null && "ids" in r ? r.ids : r).toHaveLength(1);
     expect(await redis.xlen(summary)).toBe(1);
     // Without a guard nothing is checked.

@@ -117,8 +117,7 @@ describe("record group commit", () => {
   it("answers null to every record of a group whose guard key is missing, and writes nothing", async () => {
     const store = new EventStore(space.connect(), keys);
     const userId = newUser();
-    const guard = keys.workflow(userId, "p_grouped");
-    const answers = await Promise.all([0, 1, 2].map((n) => store.recordGuarded(input(userId, n), guard)));
+    const answers = await Promise.all([0, 1, 2].map((n) => store.recordGuarded(input(userId, n), keys.workflow)));
     expect(answers).toEqual([null, null, null]);
     expect(await streamOrder(userId)).toEqual([]);
   });
@@ -132,7 +131,7 @@ describe("record group commit", () => {
     await Promise.all([
       store.record(input(userId, 0)),
       store.record(input(userId, 10, 1, "p_other")),
-      store.recordGuarded(input(userId, 1), guard),
+      store.recordGuarded(input(userId, 1), keys.workflow),
       store.record(input(userId, 2)),
       store.record(input(userId, 11, 1, "p_other")),
     ]);

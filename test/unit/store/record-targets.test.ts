@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { createKeys } from "../../../src/store/keys.js";
-import { RecordTargets } from "../../../src/store/record-targets.js";
+import { type GuardKeyOf, RecordTargets } from "../../../src/store/record-targets.js";
 
 /**
  * The record script's targets (store/record-targets.ts): one object per user, emitter, channel
@@ -9,12 +9,12 @@ import { RecordTargets } from "../../../src/store/record-targets.js";
  */
 const keys = createKeys("t");
 const bucket = { key: keys.ingressRate("u_1"), perSecond: 50, burst: 200 };
+const workflowGuard: GuardKeyOf = (userId, id) => keys.workflow(userId, id);
 
 describe("RecordTargets", () => {
   it("builds the record script's seven keys and six shared arguments", () => {
     const targets = new RecordTargets(keys);
-    const guard = keys.workflow("u_1", "p_abc");
-    const t = targets.get("u_1", "p_abc", "orders", "workflow", guard, bucket);
+    const t = targets.get("u_1", "p_abc", "orders", "workflow", workflowGuard, bucket);
     const summary = keys.events("u_1", "p_abc", "orders");
     expect(t.keys).toEqual([
       summary,
@@ -22,7 +22,7 @@ describe("RecordTargets", () => {
       keys.eventChannels("u_1", "p_abc"),
       keys.subscriptionIndex("u_1", "p_abc", "orders"),
       keys.subscriptionIndex("u_1", "p_*", "orders"),
-      guard,
+      keys.workflow("u_1", "p_abc"),
       bucket.key,
     ]);
     expect(t.shared).toEqual(["u_1", "p_abc", "orders", "workflow", "50", "200"]);
@@ -38,10 +38,25 @@ describe("RecordTargets", () => {
 
   it("hands out the same object for the same user, emitter, channel and terms, even from strings built anew", () => {
     const targets = new RecordTargets(keys);
-    const first = targets.get("u_1", "p_abc", "", "workflow", keys.workflow("u_1", "p_abc"), bucket);
-    const again = targets.get(["u", "1"].join("_"), ["p", "abc"].join("_"), "", "workflow", keys.workflow("u_1", "p_abc"), { ...bucket });
+    const first = targets.get("u_1", "p_abc", "", "workflow", workflowGuard, bucket);
+    const again = targets.get(["u", "1"].join("_"), ["p", "abc"].join("_"), "", "workflow", workflowGuard, {
+      key: ["t:{", keys.ingressRate("u_1").slice(3)].join(""),
+      perSecond: 50,
+      burst: 200,
+    });
     expect(again).toBe(first);
     expect(targets.count).toBe(1);
+  });
+
+  it("names the guard key once, when it builds the target", () => {
+    const named: string[] = [];
+    const counting: GuardKeyOf = (userId, id) => {
+      named.push(id);
+      return keys.workflow(userId, id);
+    };
+    const targets = new RecordTargets(keys);
+    for (let i = 0; i < 3; i++) targets.get("u_1", "p_abc", "", "workflow", counting, bucket);
+    expect(named).toEqual(["p_abc"]);
   });
 
   it("keeps emitters, channels and users apart", () => {
@@ -62,23 +77,26 @@ describe("RecordTargets", () => {
 
   it("rebuilds a target whose guard, bucket, rate, burst or kind changed", () => {
     const targets = new RecordTargets(keys);
-    const guard = keys.workflow("u_1", "p_abc");
-    const guarded = targets.get("u_1", "p_abc", "", "workflow", guard, bucket);
+    const guarded = targets.get("u_1", "p_abc", "", "workflow", workflowGuard, bucket);
     const unguarded = targets.get("u_1", "p_abc", "", "workflow", undefined, bucket);
     expect(unguarded.keys[5]).toBe(unguarded.keys[0]);
-    const back = targets.get("u_1", "p_abc", "", "workflow", guard, bucket);
-    expect(back.keys[5]).toBe(guard);
+    const back = targets.get("u_1", "p_abc", "", "workflow", workflowGuard, bucket);
+    expect(back.keys[5]).toBe(keys.workflow("u_1", "p_abc"));
     expect(back).not.toBe(unguarded);
     expect(guarded.keys).toEqual(back.keys);
+    const otherGuard = targets.get("u_1", "p_abc", "", "workflow", (u, id) => `${keys.workflow(u, id)}:other`, bucket);
+    expect(otherGuard.keys[5]).toBe(`${keys.workflow("u_1", "p_abc")}:other`);
 
-    const faster = targets.get("u_1", "p_abc", "", "workflow", guard, { ...bucket, perSecond: 75 });
+    const faster = targets.get("u_1", "p_abc", "", "workflow", workflowGuard, { ...bucket, perSecond: 75 });
     expect(faster.shared.slice(4)).toEqual(["75", "200"]);
-    const deeper = targets.get("u_1", "p_abc", "", "workflow", guard, { ...bucket, burst: 300 });
+    const deeper = targets.get("u_1", "p_abc", "", "workflow", workflowGuard, { ...bucket, burst: 300 });
     expect(deeper.shared.slice(4)).toEqual(["50", "300"]);
-    const free = targets.get("u_1", "p_abc", "", "workflow", guard, undefined);
+    const elsewhere = targets.get("u_1", "p_abc", "", "workflow", workflowGuard, { ...bucket, key: keys.ingressRate("u_9") });
+    expect(elsewhere.keys[6]).toBe(keys.ingressRate("u_9"));
+    const free = targets.get("u_1", "p_abc", "", "workflow", workflowGuard, undefined);
     expect(free.keys[6]).toBe(free.keys[0]);
     expect(free.shared.slice(4)).toEqual(["0", "0"]);
-    const asSource = targets.get("u_1", "p_abc", "", "source", guard, undefined);
+    const asSource = targets.get("u_1", "p_abc", "", "source", workflowGuard, undefined);
     expect(asSource.shared[3]).toBe("source");
     expect(targets.count).toBe(1);
   });
@@ -95,7 +113,7 @@ describe("RecordTargets", () => {
   });
 
   it("refuses a guard that is the summary stream itself", () => {
-    expect(() => new RecordTargets(keys).get("u_1", "p_abc", "", "workflow", keys.events("u_1", "p_abc", ""), undefined)).toThrow(
+    expect(() => new RecordTargets(keys).get("u_1", "p_abc", "", "workflow", (u, id) => keys.events(u, id, ""), undefined)).toThrow(
       /guard key cannot be the summary stream/,
     );
   });
