@@ -65,16 +65,22 @@ interface ProfileNode {
   children: ProfileNode[];
 }
 
-/** Bytes per request by allocation site (function, file:line), largest first, and the total. */
+/**
+ * Bytes per request by allocation site (function, file:line), largest first, and the total. A
+ * site in a builtin or the V8 API (no file: `Map`, `push`, `exec`) is named with the nearest
+ * caller that has one (`Map :0 < flush dist/src/store/record-groups.js:86`).
+ */
 function bySite(head: ProfileNode, requests: number): { total: number; sites: [string, number][] } {
   const sums = new Map<string, number>();
-  const stack = [head];
-  for (let node = stack.pop(); node !== undefined; node = stack.pop()) {
+  const stack: [ProfileNode, string][] = [[head, ""]];
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    const [node, caller] = item;
     const { functionName, url, lineNumber } = node.callFrame;
     const file = url.replace(/^.*node_modules\//, "").replace(`file://${ROOT}/`, "");
-    const site = `${functionName || "(anonymous)"} ${file}:${lineNumber + 1}`;
+    const own = `${functionName || "(anonymous)"} ${file}:${lineNumber + 1}`;
+    const site = url === "" && caller !== "" ? `${own} < ${caller}` : own;
     sums.set(site, (sums.get(site) ?? 0) + node.selfSize);
-    stack.push(...node.children);
+    for (const child of node.children) stack.push([child, url === "" ? caller : own]);
   }
   const sites = [...sums.entries()].map(([site, bytes]): [string, number] => [site, bytes / requests]).sort((a, b) => b[1] - a[1]);
   return { total: sites.reduce((a, [, b]) => a + b, 0), sites };
