@@ -3,7 +3,6 @@ import { MAX_EMIT_ID_LENGTH, MAX_SUMMARY_LENGTH } from "../domain/emit-rules.js"
 import { ValidationError } from "../domain/errors.js";
 import { newId, type RandomBytes } from "../domain/ids.js";
 import type { Metrics } from "../observability/metrics.js";
-import { channelLabel } from "../observability/metrics.js";
 import type { EmitMeta, EmitterKind, EventStore, GuardKeyOf, IngressCharge, NewEvent } from "../store/events.js";
 
 export const MAX_BATCH = 1000;
@@ -148,7 +147,7 @@ export class Ingest {
       }
       unpaid = undefined;
       ids.push(...recorded.ids);
-      this.metrics.eventsIngested.inc({ emitter_kind: kind, channel: channelLabel(channel) }, run.length);
+      this.metrics.countIngested(kind, channel, run.length);
     }
     return ids;
   }

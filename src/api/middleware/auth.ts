@@ -8,10 +8,25 @@ export interface Authenticator {
   cached?(apiKey: string): string | undefined;
 }
 
+const BEARER = /^Bearer\s+(\S+)\s*$/i;
+
+/**
+ * The token of `Authorization: Bearer <token>` (the scheme in any case, whitespace around the
+ * token). The usual spelling, `Bearer ` then printable ASCII without spaces, is read without the
+ * regular expression and its match array (every request asks); anything else goes through it, so
+ * both paths answer alike.
+ */
 export function bearer(ctx: Context): string | undefined {
-  const header = ctx.get("authorization");
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  return m?.[1];
+  const header = ctx.req.headers.authorization ?? "";
+  if (header.length > 7 && header.startsWith("Bearer ")) {
+    let plain = true;
+    for (let i = 7; i < header.length && plain; i++) {
+      const c = header.charCodeAt(i);
+      plain = c > 0x20 && c < 0x7f;
+    }
+    if (plain) return header.slice(7);
+  }
+  return BEARER.exec(header)?.[1];
 }
 
 /** Resolves `Authorization: Bearer <key>` to `ctx.state.userId`; 401 otherwise. */
