@@ -179,7 +179,7 @@ export function createApp(deps: ApiDeps): Koa {
 
   const user = requireUser(deps.authenticator ?? deps.users.store);
   const body = jsonBody(deps.bodyLimitBytes);
-  // One router per resource (route-groups.ts); every route checks the API key and reads JSON bodies first.
+  // One router per resource and depth (route-groups.ts); every route checks the API key and reads JSON bodies first.
   const v1 = new RouteGroups(
     "/v1",
     () => router("/v1"),
