@@ -9,24 +9,24 @@ export type Metrics = ReturnType<typeof createMetrics>;
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 /**
- * Increments of a counter with two labels, held as plain numbers until the counter is read: its
- * `collect` (which every scrape and `get()` runs first) adds them with prom-client's `inc`. An
- * emit's labelled `inc` (the labels' check, their hash string, the lookup) cost 180–280 ns; this
- * costs two map lookups of constant strings.
+ * Increments of `tributary_events_ingested_total`, by emitter kind and channel class, held as plain
+ * numbers until the counter is read: its `collect` (which every scrape and `get()` runs first) adds
+ * them with prom-client's `inc`. An emit's labelled `inc` (the labels' check, their hash string, the
+ * lookup) cost 180–280 ns; this costs two map lookups of constant strings.
  */
-class PendingCounts {
+class PendingIngested {
   private readonly pending = new Map<string, Map<string, number>>();
 
-  add(first: string, second: string, n: number): void {
-    let inner = this.pending.get(first);
+  add(emitterKind: string, channelClass: string, n: number): void {
+    let inner = this.pending.get(emitterKind);
     if (inner === undefined) {
       inner = new Map();
-      this.pending.set(first, inner);
+      this.pending.set(emitterKind, inner);
     }
-    inner.set(second, (inner.get(second) ?? 0) + n);
+    inner.set(channelClass, (inner.get(channelClass) ?? 0) + n);
   }
 
-  /** Adds what is pending to `counter` (labelled by the two label names, in order) and starts again from zero. */
+  /** Adds what is pending to `counter` and starts again from zero. */
   drainInto(counter: Counter<"emitter_kind" | "channel">): void {
     for (const [kind, inner] of this.pending) {
       for (const [channel, n] of inner) {
@@ -40,7 +40,7 @@ class PendingCounts {
 export function createMetrics(registry: Registry, opts: { defaultMetrics?: boolean } = {}) {
   if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: registry });
   const registers = [registry];
-  const ingested = new PendingCounts();
+  const ingested = new PendingIngested();
   let readiness: (() => Promise<boolean>) | undefined;
   let openCircuits: (() => Promise<number>) | undefined;
   return {
