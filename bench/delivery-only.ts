@@ -30,6 +30,7 @@ import type * as ShutdownModule from "../src/app/shutdown.js";
 import type * as ConfigLoad from "../src/config/load.js";
 import type * as Logger from "../src/observability/logger.js";
 import { QUEUES } from "../src/queue/catalog.js";
+import { median } from "./stats.js";
 
 const N = 20_000;
 /** The plain worker's concurrency: Tributary's DELIVERY_CONCURRENCY default, which its worker runs with here. */
@@ -222,7 +223,6 @@ if (process.argv[2] === "receiver") {
       );
     }
   }
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
   const t = median(results.tributary.map((r) => r.us));
   const p = median(results.plain.map((r) => r.us));
   console.log(`median CPU per delivery: Tributary ${t.toFixed(1)} µs, plain BullMQ ${p.toFixed(1)} µs (${(p / t).toFixed(2)}×)`);
