@@ -73,27 +73,28 @@ describe("slugs", () => {
 });
 
 describe("pooled random bytes", () => {
-  it("hands out consecutive slices of one filled block, then refills", () => {
+  /** A pool of 8-byte blocks whose n-th fill writes n into every byte, and its count of fills. */
+  const countingPool = () => {
     let fills = 0;
     const take = pooledRandomBytes((buf) => {
       fills++;
       buf.fill(fills);
     }, 8);
-    expect([...take(3)]).toEqual([1, 1, 1]);
-    expect([...take(5)]).toEqual([1, 1, 1, 1, 1]);
-    expect([...take(2)]).toEqual([2, 2]);
-    expect(fills).toBe(2);
+    return { take, fills: () => fills };
+  };
+  it("hands out consecutive slices of one filled block, then refills", () => {
+    const pool = countingPool();
+    expect([...pool.take(3)]).toEqual([1, 1, 1]);
+    expect([...pool.take(5)]).toEqual([1, 1, 1, 1, 1]);
+    expect([...pool.take(2)]).toEqual([2, 2]);
+    expect(pool.fills()).toBe(2);
   });
   it("never changes bytes it handed out: a refill takes a new block", () => {
-    let fills = 0;
-    const take = pooledRandomBytes((buf) => {
-      fills++;
-      buf.fill(fills);
-    }, 8);
-    const first = take(6);
-    take(4);
-    take(4);
-    expect(fills).toBe(2);
+    const pool = countingPool();
+    const first = pool.take(6);
+    pool.take(4);
+    pool.take(4);
+    expect(pool.fills()).toBe(2);
     expect([...first]).toEqual([1, 1, 1, 1, 1, 1]);
   });
   it("fills requests larger than a block directly", () => {
