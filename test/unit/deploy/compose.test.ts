@@ -23,8 +23,8 @@ interface Service {
 const servicesOf = (file: string) =>
   (parseYaml(readFileSync(path.join(ROOT, file), "utf8")) as { services: Record<string, Service> }).services;
 
-/** `${NAME:?message}`: compose refuses to start while NAME is unset or empty. */
-const REQUIRED = /^\$\{([A-Z_]+):\?[^}]+\}$/;
+/** `${NAME:?message}`: compose refuses to start while NAME is unset or empty (no `$` in the message: compose would read it as a variable). */
+const REQUIRED = /^\$\{([A-Z_]+):\?[^}$]+\}$/;
 /** `${NAME:-127.0.0.1}:host:container`: published on loopback unless NAME says otherwise. */
 const LOOPBACK_PORT = /^\$\{[A-Z_]+:-127\.0\.0\.1\}:\d+:\d+$/;
 
