@@ -125,16 +125,17 @@ describe("deploy/kubernetes", () => {
   });
 
   it("gives api and worker pods a memory limit that holds the sandbox at its worst", () => {
-    // A process's isolates for source runs, hooks and metadata reads, and an api process's for
-    // customResponse runs, each up to SANDBOX_MEMORY_MB; beside them the daemon (256 MiB) and one
-    // sandbox process per pool it uses (128 MiB each: node, the compiled code cache).
+    // Isolates, each up to SANDBOX_MEMORY_MB: a process's pool for source runs and hooks, and an api
+    // process's for customResponse runs and for reading components' metadata (16, a constant). Beside
+    // them the daemon (256 MiB) and one sandbox process per pool (128 MiB each: node, the code cache).
+    const META_ISOLATES = 16;
     for (const d of deployments) {
       const config = loadConfig(environmentOf(containerOf(d)));
-      const usesSandbox = config.roles.includes("api") || config.roles.includes("worker");
+      const api = config.roles.includes("api");
+      const runsOrHooks = api || config.roles.includes("worker");
       const isolates =
-        (usesSandbox ? Math.max(16, 2 * config.sourceRunConcurrency) : 0) +
-        (config.roles.includes("api") ? config.sourceInlineIsolates : 0);
-      const pools = (usesSandbox ? 1 : 0) + (config.roles.includes("api") ? 1 : 0);
+        (runsOrHooks ? Math.max(16, 2 * config.sourceRunConcurrency) : 0) + (api ? config.sourceInlineIsolates + META_ISOLATES : 0);
+      const pools = (runsOrHooks ? 1 : 0) + (api ? 2 : 0);
       const needMib = isolates * config.sandboxMemoryMb + 256 + 128 * pools;
       const limit = (d.spec.template.spec.containers[0].resources?.limits?.memory ?? "") as string;
       expect(limit, `${d.metadata.name}: memory limit in Mi or Gi`).toMatch(/^\d+(Mi|Gi)$/);
