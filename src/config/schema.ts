@@ -184,7 +184,7 @@ export const envSchema = z.object({
     ),
   /** Concurrent source runs per worker process (docs/decisions.md "Source run concurrency"). */
   SOURCE_RUN_CONCURRENCY: int(1, 256).default(16),
-  /** A user's runs at most in the run stream at once; past it they are parked in order until one settles (docs/runtime.md). */
+  /** A user's runs at most in the run stream at once; past it they are parked in order until one settles (docs/guide/writing-sources.md). */
   SOURCE_RUN_STREAM_PER_USER: int(1, 1_000_000).default(32),
   /** customResponse runs of one source answered at once per API process (past it: 429). */
   SOURCE_INLINE_CONCURRENCY: int(1, 256).default(2),

@@ -30,7 +30,7 @@ function parsePayload(text: string): unknown {
 export const tickRunId = (sourceId: string, scheduledAtMs: number): string => `tick_${sourceId}_${scheduledAtMs}`;
 
 /**
- * The worker side of the runtime (docs/runtime.md "Queued runs"): source runs read from the run
+ * The worker side of the runtime (docs/guide/writing-sources.md "Queued runs"): source runs read from the run
  * stream (HTTP requests, deliveries to source listeners, timer ticks), BullMQ source-run jobs
  * (queued by versions before the run stream: drained during a rolling upgrade), and the timer
  * ticks the job schedulers produce (each put in the run stream). Both kinds of runs share

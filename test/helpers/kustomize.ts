@@ -38,18 +38,6 @@ export function loadManifests(file: string): K8sObject[] {
   });
 }
 
-/**
- * The manifest inside a commented-out file (deploy/kubernetes/overlays): lines `## …` are notes,
- * lines `# …` the manifest with its comment prefix.
- */
-export function uncomment(text: string): string {
-  return text
-    .split("\n")
-    .filter((l) => !l.startsWith("## "))
-    .map((l) => (l.startsWith("# ") ? l.slice(2) : l === "#" ? "" : l))
-    .join("\n");
-}
-
 /** `kubectl kustomize dir` when kubectl is installed (it embeds kustomize); undefined otherwise. */
 export function kubectlKustomize(dir: string): { status: number | null; output: string } | undefined {
   const probe = spawnSync("kubectl", ["version", "--client"], { encoding: "utf8" });

@@ -29,7 +29,7 @@
  *
  * What stays out of reach of any prelude (V8 grows hash tables of objects, Maps and Sets by
  * doubling, and the doubling can fail the same way) is contained by the sandbox process: see
- * docs/runtime.md and sandbox-process.ts.
+ * docs/guide/writing-sources.md and sandbox-process.ts.
  */
 
 /** V8 keeps an array of up to 32 Mi elements in one block; the bound stays well below. */

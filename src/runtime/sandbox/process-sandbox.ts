@@ -4,7 +4,7 @@ import type { HostFetch, InspectResult, RunRequest, RunResult, SandboxLimits, Sa
 
 /**
  * The daemon's sandbox: the same as `Sandbox`, with the isolates in a process of their own
- * (sandbox-host.ts), so that no component can take the daemon down (docs/runtime.md, "Limits").
+ * (sandbox-host.ts), so that no component can take the daemon down (docs/guide/writing-sources.md, "Limits").
  *
  * V8 cannot contain every way a component can exhaust its memory (a hash table doubling past the
  * heap's limit is an out-of-memory isolated-vm can only report as catastrophic, and a few built-ins

@@ -4,7 +4,7 @@ import { GUEST_PRELUDE_SOURCE } from "./guest-prelude.js";
 import type { GuestEntries, HostBridge, Reply } from "./host-bridge.js";
 
 /**
- * Where source runs execute (docs/runtime.md §6, docs/decisions.md §Runtime): one isolate per
+ * Where source runs execute (docs/guide/writing-sources.md §6, docs/decisions.md §Runtime): one isolate per
  * owner (a user), never handed to another owner, and inside it one long-lived context per source
  * and code, which holds the guest prelude and the evaluated component module. A run takes an idle
  * context of its source (or a new one) for itself: the guest resets everything of the previous

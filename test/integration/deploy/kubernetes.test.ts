@@ -1,14 +1,13 @@
-import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync } from "node:fs";
 import path from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { loadConfig } from "../../../src/config/load.js";
 import { envSchema } from "../../../src/config/schema.js";
-import { type K8sObject, kubectlKustomize, loadManifests, resolveKustomization, uncomment } from "../../helpers/kustomize.js";
+import { type K8sObject, kubectlKustomize, loadManifests, resolveKustomization } from "../../helpers/kustomize.js";
 
 /**
- * deploy/kubernetes (SPEC §11), resolved the way `kubectl apply -k` would (test/helpers/kustomize.ts,
+ * deploy/kubernetes, resolved the way `kubectl apply -k` would (test/helpers/kustomize.ts,
  * and kubectl itself when installed): api, worker and scheduler Deployments whose whole environment
  * is a valid configuration of the daemon with one role each, probes on /healthz and /readyz at the
  * port the process serves them on, a Service and PodDisruptionBudget that select the api pods.
@@ -125,6 +124,28 @@ describe("deploy/kubernetes", () => {
     expect(pdbs).toContainEqual(["tributary-api"]);
   });
 
+  it("gives api and worker pods a memory limit that holds the sandbox at its worst", () => {
+    // Isolates, each up to SANDBOX_MEMORY_MB: a process's pool for source runs and hooks, and an api
+    // process's for customResponse runs and for reading components' metadata (16, a constant). Beside
+    // them the daemon (256 MiB) and one sandbox process per pool (128 MiB each: node, the code cache).
+    const META_ISOLATES = 16;
+    for (const d of deployments) {
+      const config = loadConfig(environmentOf(containerOf(d)));
+      const api = config.roles.includes("api");
+      const runsOrHooks = api || config.roles.includes("worker");
+      const isolates =
+        (runsOrHooks ? Math.max(16, 2 * config.sourceRunConcurrency) : 0) + (api ? config.sourceInlineIsolates + META_ISOLATES : 0);
+      const pools = (runsOrHooks ? 1 : 0) + (api ? 2 : 0);
+      const needMib = isolates * config.sandboxMemoryMb + 256 + 128 * pools;
+      const limit = (d.spec.template.spec.containers[0].resources?.limits?.memory ?? "") as string;
+      expect(limit, `${d.metadata.name}: memory limit in Mi or Gi`).toMatch(/^\d+(Mi|Gi)$/);
+      const limitMib = Number.parseInt(limit, 10) * (limit.endsWith("Gi") ? 1024 : 1);
+      expect(limitMib, `${d.metadata.name}: ${isolates} isolates x ${config.sandboxMemoryMb} MiB + the daemon`).toBeGreaterThanOrEqual(
+        needMib,
+      );
+    }
+  });
+
   it("builds with kubectl kustomize to the same objects, when kubectl is installed", () => {
     const built = kubectlKustomize(DIR);
     if (!built) return; // No kubectl here: the resolver above is the check.
@@ -135,59 +156,49 @@ describe("deploy/kubernetes", () => {
   });
 });
 
-/**
- * The overlays still commented out: Redis Cluster, which the daemon refuses until its key space is
- * sharded (README "Scaling out"). The day it supports Cluster, uncomment that overlay and empty this.
- */
-const INACTIVE_OVERLAYS = ["redis-cluster"];
+/** The Redis shape each overlay switches to, and the variables that name it. */
+const OVERLAY_SHAPES: Record<string, { kind: string; names: string[] }> = {
+  "redis-sentinel": { kind: "sentinel", names: ["REDIS_SENTINELS", "REDIS_SENTINEL_NAME"] },
+  "redis-cluster": { kind: "cluster", names: ["REDIS_CLUSTER_NODES"] },
+};
 
 describe("deploy/kubernetes/overlays (Redis Sentinel, Redis Cluster)", () => {
   const OVERLAYS = path.join(DIR, "overlays");
   const overlays = readdirSync(OVERLAYS, { withFileTypes: true })
     .filter((e) => e.isDirectory())
     .map((e) => e.name);
-  const scratch = mkdtempSync(path.join(tmpdir(), "tributary-k8s-"));
-  afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
-  it("activate Sentinel, whose settings the daemon accepts; Cluster stays commented out", () => {
-    expect(overlays.sort()).toEqual(["redis-cluster", "redis-sentinel"]);
-    for (const o of INACTIVE_OVERLAYS)
-      for (const f of readdirSync(path.join(OVERLAYS, o)))
-        for (const line of readFileSync(path.join(OVERLAYS, o, f), "utf8").split("\n"))
-          expect(line === "" || line.startsWith("#"), `${o}/${f}: ${line}`).toBe(true);
-    const [secret] = loadManifests(path.join(OVERLAYS, "redis-sentinel", "secret.yaml"));
-    const env = Object.fromEntries(Object.entries(secret?.stringData ?? {}).filter(([, v]) => v !== null)) as Record<string, string>;
-    expect(loadConfig(env).redisHa.shape.kind).toBe("sentinel");
-  });
-
-  it("once uncommented, replace REDIS_URL by SPEC §8's settings and build on the base", () => {
-    // Uncommented copies of the base and the overlays, in the same layout.
-    cpSync(DIR, path.join(scratch, "kubernetes"), { recursive: true });
-    const expected: Record<string, string[]> = {
-      "redis-sentinel": ["REDIS_SENTINELS", "REDIS_SENTINEL_NAME"],
-      "redis-cluster": ["REDIS_CLUSTER_NODES"],
-    };
+  it("are both active, each a configuration of its shape the daemon accepts", () => {
+    expect(overlays.sort()).toEqual(Object.keys(OVERLAY_SHAPES).sort());
     for (const o of overlays) {
-      const dir = path.join(scratch, "kubernetes", "overlays", o);
-      for (const f of readdirSync(dir)) writeFileSync(path.join(dir, f), uncomment(readFileSync(path.join(dir, f), "utf8")));
-      const [secret] = loadManifests(path.join(dir, "secret.yaml"));
-      expect(secret?.kind).toBe("Secret");
-      expect(secret?.metadata.name).toBe("tributary-secrets");
+      const [secret] = loadManifests(path.join(OVERLAYS, o, "secret.yaml"));
+      expect(secret?.kind, o).toBe("Secret");
+      expect(secret?.metadata.name, o).toBe("tributary-secrets");
       const set = Object.entries(secret?.stringData ?? {});
       // REDIS_URL is deleted (null): two shapes at once are a start-up error.
       expect(set.filter(([, v]) => v === null).map(([k]) => k)).toEqual(["REDIS_URL"]);
-      const names = set.filter(([, v]) => v !== null).map(([k]) => k);
-      expect(names).toEqual(expect.arrayContaining(expected[o]!));
-      expect(names.filter((n) => !KNOWN_ENV.has(n))).toEqual([]);
-      const built = kubectlKustomize(dir);
-      if (built) {
-        expect(built.status, built.output).toBe(0);
-        const built_secret = parseAllDocuments(built.output)
-          .map((d) => d.toJS() as K8sObject)
-          .find((x) => x.kind === "Secret");
-        expect(Object.keys(built_secret?.stringData ?? {})).not.toContain("REDIS_URL");
-        expect(Object.keys(built_secret?.stringData ?? {})).toEqual(expect.arrayContaining(expected[o]!));
-      }
+      const env = Object.fromEntries(set.filter(([, v]) => v !== null)) as Record<string, string>;
+      expect(Object.keys(env), o).toEqual(expect.arrayContaining(OVERLAY_SHAPES[o]!.names));
+      expect(Object.keys(env).filter((n) => !KNOWN_ENV.has(n))).toEqual([]);
+      expect(loadConfig(env).redisHa.shape.kind, o).toBe(OVERLAY_SHAPES[o]!.kind);
+    }
+  });
+
+  it("build with kubectl kustomize on the base, with REDIS_URL replaced, when kubectl is installed", () => {
+    for (const o of overlays) {
+      const built = kubectlKustomize(path.join(OVERLAYS, o));
+      if (!built) return; // No kubectl here: the check above is the one that runs.
+      expect(built.status, built.output).toBe(0);
+      const objects = parseAllDocuments(built.output).map((d) => d.toJS() as K8sObject);
+      const secret = objects.find((x) => x.kind === "Secret");
+      expect(Object.keys(secret?.stringData ?? {}), o).not.toContain("REDIS_URL");
+      expect(Object.keys(secret?.stringData ?? {}), o).toEqual(expect.arrayContaining(OVERLAY_SHAPES[o]!.names));
+      expect(
+        objects
+          .filter((x) => x.kind === "Deployment")
+          .map((d) => d.metadata.name)
+          .sort(),
+      ).toEqual(deployments.map((d) => d.metadata.name).sort());
     }
   });
 });
