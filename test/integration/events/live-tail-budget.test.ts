@@ -125,7 +125,7 @@ async function emitUntilCut(td: TestDaemon, api: Client, wf: string, reason: str
       if (emitted.length % 10 === 0) await other.probe();
       return false;
     },
-    { what: `a stream ended for ${reason} (emitted ${emitted.length}, most held ${held})`, timeoutMs: 60_000, intervalMs: 1 },
+    { what: `a stream ended for ${reason} within ${MAX_EMITS} emits`, timeoutMs: 60_000, intervalMs: 1 },
   );
   return { emitted, held };
 }

@@ -354,15 +354,19 @@ describe("live tail after an API key rotation", () => {
     expectStatus(rotated, 200);
     const newKey = rotated.body.data.api_key as string;
 
+    // Read as a stream: a token still honoured would answer 200 and never end.
+    const refused = await rawStream(`/v1/sources/${src.id}/sse?token=${oldToken}`, {});
+    expect(refused.res.status).toBe(401);
+    await waitFor(() => refused.ended(), { what: "the 401 body" });
+    const body = JSON.parse(refused.text());
+    expect(body.code).toBe("unauthorized");
+    expect(body.error).toMatch(/rotated/);
+    expect(body.error).toMatch(/sse_tokens/);
+    // Every URL form refuses it.
+    const other = await rawStream(`/sse/dc/${src.id}/emits?token=${oldToken}`, {});
+    expect(other.res.status).toBe(401);
     // The streams opened with the old key (directly or through its token) end.
     await waitFor(() => before.ended() && byKey.ended(), { what: "the old key's streams to end", timeoutMs: 10_000 });
-    const refused = await client(td.url).get(`/v1/sources/${src.id}/sse`, { query: { token: oldToken } });
-    expect(refused.status).toBe(401);
-    expect(refused.body.code).toBe("unauthorized");
-    expect(refused.body.error).toMatch(/rotated/);
-    expect(refused.body.error).toMatch(/sse_tokens/);
-    // Every URL form refuses it.
-    expect((await client(td.url).get(`/sse/dc/${src.id}/emits`, { query: { token: oldToken } })).status).toBe(401);
 
     const fresh = await client(td.url, newKey).post(`/v1/sources/${src.id}/sse_tokens`);
     expectStatus(fresh, 200);
