@@ -177,6 +177,24 @@ describe("live tail byte budget per stream", { timeout: 180_000 }, () => {
     expect(Math.max(...other.latencies)).toBeLessThan(1000);
     other.close();
   });
+  it("replays a resume larger than the budget to a reading client without cutting it", async () => {
+    const td = daemon();
+    const u = await td.createUser();
+    const wf = workflowId();
+    const from = await emit(u.api, wf, { warm: true });
+    // Three times the stream budget is kept after `from`.
+    const emitted: string[] = [];
+    for (let i = 0; i < 30; i++) emitted.push(await emit(u.api, wf, big(i)));
+    const cutBefore = await ended(td, "stream_bytes");
+    const s = paused(td, `/v1/workflows/${wf}/sse`, u.api_key, from);
+    expect((await s.head).statusCode).toBe(200);
+    const last = emitted[emitted.length - 1] as string;
+    await waitFor(() => s.ids().includes(last), { what: "the whole replay", timeoutMs: 20_000 });
+    expect(s.ids()).toEqual(emitted);
+    expect(s.closed()).toBe(false);
+    expect(await ended(td, "stream_bytes")).toBe(cutBefore);
+    s.close();
+  });
 });
 
 describe("live tail byte budget per process", { timeout: 180_000 }, () => {
