@@ -73,7 +73,7 @@ export function liveTailRoutes(deps: LiveTailRouteDeps): { v1: RouteModule; stre
     const grant = kind === "source" ? await deps.tail.tokenGrant(token) : undefined;
     if (grant?.status === "key_rotated") {
       throw new UnauthorizedError(
-        "this token was issued with an API key that has since been rotated; get a new one from POST /v1/sources/{id}/sse_tokens",
+        "this token was issued with an API key that has since been rotated or revoked; get a new one from POST /v1/sources/{id}/sse_tokens",
       );
     }
     if (grant?.status !== "valid" || grant.sourceId !== emitterId)
