@@ -45,6 +45,9 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
     heartbeatMs: config.liveTail.heartbeatSeconds * 1000,
     tokenTtlMs: config.liveTail.tokenTtlSeconds * 1000,
     maxStreamsPerUser: config.liveTail.maxStreamsPerUser,
+    maxBufferedBytesPerStream: config.liveTail.maxBufferedBytesPerStream,
+    maxBufferedBytesPerProcess: config.liveTail.maxBufferedBytesPerProcess,
+    keyHolder: (digest) => stores.users.userOfDigest(digest),
     newToken: () => `sse_${randomBase62(32, random)}`,
     newStreamId: () => randomBase62(16, random),
     now: Date.now,
@@ -52,7 +55,15 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
     metrics: core.metrics,
   });
   shutdown.on("http", "live tail", () => tail.close());
-  const live = liveTailRoutes({ tail, authenticator: authCache, sources: services.sources, workflows: services.workflows });
+  // A rotated key's streams end as soon as this process learns of the rotation.
+  authCache.onRevoked((digest) => tail.revoked(digest));
+  const live = liveTailRoutes({
+    tail,
+    authenticator: authCache,
+    keyDigest: (key) => stores.users.digestOf(key),
+    sources: services.sources,
+    workflows: services.workflows,
+  });
   // REDIS_MIN_REPLICAS_ACK: the connections a request writes through are the commands (stores,
   // ingest) and the queue producers (source runs, replays, maintenance jobs).
   const { minReplicasAck, replicaAckTimeoutMs } = config.redisHa;

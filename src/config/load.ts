@@ -75,6 +75,8 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
       tokenTtlSeconds: e.SSE_TOKEN_TTL_SECONDS,
       heartbeatSeconds: e.SSE_HEARTBEAT_SECONDS,
       maxStreamsPerUser: e.SSE_MAX_STREAMS_PER_USER,
+      maxBufferedBytesPerStream: e.SSE_MAX_BUFFERED_BYTES_PER_STREAM,
+      maxBufferedBytesPerProcess: e.SSE_MAX_BUFFERED_BYTES_PER_PROCESS,
     }),
     componentFetchMaxBytes: e.COMPONENT_FETCH_MAX_BYTES,
     componentFetchTimeoutMs: e.COMPONENT_FETCH_TIMEOUT_MS,

@@ -221,6 +221,13 @@ export const envSchema = z.object({
   SSE_HEARTBEAT_SECONDS: int(1, 3600).default(15),
   /** Live tail: open streams per user across every process, then 429; 0 = unlimited. */
   SSE_MAX_STREAMS_PER_USER: int(0, 100_000).default(20),
+  /**
+   * Live tail: bytes the daemon may hold for one stream (unsent in its socket plus queued for it),
+   * then the stream is disconnected (the client resumes with Last-Event-ID).
+   */
+  SSE_MAX_BUFFERED_BYTES_PER_STREAM: int(64 * 1024, 1024 * 1024 * 1024).default(4 * 1024 * 1024),
+  /** Live tail: bytes all streams of this process may hold together, then the largest are disconnected. */
+  SSE_MAX_BUFFERED_BYTES_PER_PROCESS: int(64 * 1024, 64 * 1024 * 1024 * 1024).default(128 * 1024 * 1024),
   /** Largest component fetched from component_url. */
   COMPONENT_FETCH_MAX_BYTES: int(1024, 16 * 1024 * 1024).default(512 * 1024),
   /** Time limit to fetch a component_url. */
@@ -296,7 +303,13 @@ export interface Config {
   readonly sourceHttpRatePerSecond: number;
   /** Per-user limits; 0 = unlimited. */
   readonly limits: UserLimits;
-  readonly liveTail: { readonly tokenTtlSeconds: number; readonly heartbeatSeconds: number; readonly maxStreamsPerUser: number };
+  readonly liveTail: {
+    readonly tokenTtlSeconds: number;
+    readonly heartbeatSeconds: number;
+    readonly maxStreamsPerUser: number;
+    readonly maxBufferedBytesPerStream: number;
+    readonly maxBufferedBytesPerProcess: number;
+  };
   readonly componentFetchMaxBytes: number;
   readonly componentFetchTimeoutMs: number;
   readonly shutdownTimeoutMs: number;

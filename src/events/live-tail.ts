@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { TooManyRequestsError, UnavailableError } from "../domain/errors.js";
 import { compareEventIds } from "../domain/ids.js";
-import { eventFrame, HEARTBEAT_FRAME, MAX_EVENTS_BEHIND } from "../domain/server-sent-events.js";
+import { eventFrame, eventFrameLength, HEARTBEAT_FRAME, MAX_EVENTS_BEHIND, streamsToShed } from "../domain/server-sent-events.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
 import type { EmitterKind } from "../store/events.js";
@@ -13,8 +13,12 @@ export interface TailSink {
   write(frame: string): boolean;
   /** Calls `fn` once the client has taken what was written. */
   onDrain(fn: () => void): void;
-  /** Ends the response. */
+  /** Bytes written and not yet taken by the client (what the socket still holds in this process). */
+  buffered(): number;
+  /** Ends the response once what was written is sent. */
   end(): void;
+  /** Cuts the connection now, dropping what the client has not taken. */
+  destroy(): void;
 }
 
 export interface TailRequest {
@@ -25,6 +29,8 @@ export interface TailRequest {
   readonly channel: string;
   /** Resume after this event id (Last-Event-ID): replay what is still kept, then go live. */
   readonly lastEventId?: string;
+  /** The digest of the API key behind the stream (directly or through a browser token): its rotation ends the stream. */
+  readonly keyDigest: string;
 }
 
 export interface LiveTailOptions {
@@ -34,11 +40,23 @@ export interface LiveTailOptions {
   readonly newToken: () => string;
   /** Open streams per user across every process; 0 = unlimited. */
   readonly maxStreamsPerUser: number;
+  /** Bytes one stream may hold (unsent plus queued) before it is disconnected. */
+  readonly maxBufferedBytesPerStream: number;
+  /** Bytes all streams of the process may hold together; past it the largest are disconnected. */
+  readonly maxBufferedBytesPerProcess: number;
+  /** The user an API key digest belongs to now (undefined once the key was rotated or its user deleted). */
+  readonly keyHolder: (keyDigest: string) => Promise<string | undefined>;
   readonly now: () => number;
   readonly newStreamId: () => string;
   readonly logger: Logger;
   readonly metrics: Metrics;
 }
+
+/** What a browser token grants, or why it no longer does. */
+export type TokenGrant =
+  | { readonly status: "valid"; readonly userId: string; readonly sourceId: string; readonly keyDigest: string }
+  | { readonly status: "key_rotated" }
+  | { readonly status: "unknown" };
 
 const tokenHash = (token: string) => createHash("sha256").update(token).digest("hex");
 
@@ -46,22 +64,58 @@ const tokenHash = (token: string) => createHash("sha256").update(token).digest("
 const READ_BLOCK_MS = 1000;
 /** Entries taken per stream per read. */
 const READ_COUNT = 500;
-/** A resume replays at most this many entries (the streams keep the latest 100). */
-const REPLAY_COUNT = 1000;
+/**
+ * A resume replays in pages of this many entries, the next read only once the client took the
+ * last: a replay holds a few events in memory, however many the stream keeps or however large.
+ */
+const REPLAY_PAGE = 4;
 /** Pause after a failed read (Redis down) before the next. */
 const READ_RETRY_MS = 500;
 
-type EndReason = "slow_reader" | "emitter_deleted" | "shutdown" | "client";
+type EndReason =
+  | "slow_reader"
+  | "stream_bytes"
+  | "process_bytes"
+  | "key_revoked"
+  | "emitter_deleted"
+  | "read_failed"
+  | "shutdown"
+  | "client";
 
-/** One open stream: a cursor, the frames the client has not taken yet, and its sink. */
+/** Ends for being behind: the connection is cut at once, so that what it held is freed now. */
+const CUT: ReadonlySet<EndReason> = new Set(["slow_reader", "stream_bytes", "process_bytes", "read_failed"]);
+
+interface SubscriberHooks {
+  /** The stream's held bytes may have changed (LiveTail keeps the budgets). */
+  held(s: Subscriber): void;
+  ended(s: Subscriber, reason: EndReason): void;
+  sent(): void;
+  /** A page of the resume replay: up to `count` entries after `afterId`. */
+  replay(afterId: string, count: number): Promise<TailEntry[]>;
+}
+
+const frameBytes = (e: TailEntry) => eventFrameLength(e.id, e.json);
+
+/**
+ * One open stream: a cursor, the frames the client has not taken yet, and its sink. What it holds
+ * is its sink's unsent bytes plus its queued entries (`held`); LiveTail disconnects it past its
+ * budget.
+ */
 class Subscriber {
   /** The newest event id sent or queued. */
   private last: string;
+  /** While resuming: the replay has sent everything up to this id (pages are read after it). */
+  private replayCursor: string | undefined;
+  private replayReading = false;
   /** Live entries that came while the resume replay ran (sent after it, without duplicates). */
   private early: TailEntry[] | undefined;
-  /** Entries waiting for the client to drain (bounded: past MAX_EVENTS_BEHIND the stream ends). */
+  /** Entries waiting for the client to drain (bounded in count and bytes: past them the stream ends). */
   private pending: TailEntry[] = [];
+  /** Frame bytes of `pending` and `early`. */
+  private queuedBytes = 0;
   private backedUp = false;
+  /** The held bytes last counted into the process total (LiveTail's bookkeeping). */
+  counted = 0;
   ended = false;
 
   constructor(
@@ -69,30 +123,34 @@ class Subscriber {
     readonly request: TailRequest,
     private readonly sink: TailSink,
     start: string,
-    replaying: boolean,
-    private readonly onEnd: (s: Subscriber, reason: EndReason) => void,
-    private readonly sent: () => void,
+    private readonly hooks: SubscriberHooks,
   ) {
     this.last = start;
-    this.early = replaying ? [] : undefined;
+  }
+
+  /** Bytes held for this stream now: unsent in the socket plus queued. */
+  held(): number {
+    return this.ended ? 0 : this.sink.buffered() + this.queuedBytes;
   }
 
   /** Entries the stream's reader saw (newer than anything before, in order). */
   deliver(entries: readonly TailEntry[]): void {
     if (this.early) {
+      for (const e of entries) this.queuedBytes += frameBytes(e);
       this.early.push(...entries);
       if (this.early.length > MAX_EVENTS_BEHIND) this.end("slow_reader");
+      else this.hooks.held(this);
       return;
     }
     for (const e of entries) this.enqueue(e);
+    this.hooks.held(this);
   }
 
-  /** The resume replay's entries, then whatever came meanwhile; the stream is live after this. */
-  replayed(entries: readonly TailEntry[]): void {
-    const early = this.early ?? [];
-    this.early = undefined;
-    for (const e of entries) this.enqueue(e);
-    for (const e of early) this.enqueue(e);
+  /** Resumes after `afterId`: replays what the stream keeps, page by page, then goes live. */
+  async resume(afterId: string): Promise<void> {
+    this.early = [];
+    this.replayCursor = afterId;
+    await this.replayPage();
   }
 
   heartbeat(): void {
@@ -104,8 +162,43 @@ class Subscriber {
     this.ended = true;
     this.pending = [];
     this.early = undefined;
-    if (reason !== "client") this.sink.end();
-    this.onEnd(this, reason);
+    this.queuedBytes = 0;
+    if (CUT.has(reason) || (this.backedUp && reason !== "client")) this.sink.destroy();
+    else if (reason !== "client") this.sink.end();
+    this.hooks.ended(this, reason);
+  }
+
+  /** Reads and sends the next replay page once the previous one was taken; goes live after the last. */
+  private async replayPage(): Promise<void> {
+    const cursor = this.replayCursor;
+    if (cursor === undefined || this.replayReading || this.ended || this.backedUp || this.pending.length > 0) return;
+    this.replayReading = true;
+    let page: TailEntry[];
+    try {
+      page = await this.hooks.replay(cursor, REPLAY_PAGE);
+    } finally {
+      this.replayReading = false;
+    }
+    if (this.ended) return;
+    for (const e of page) this.enqueue(e);
+    const newest = page[page.length - 1];
+    if (page.length < REPLAY_PAGE || newest === undefined) {
+      const early = this.early ?? [];
+      this.early = undefined;
+      this.replayCursor = undefined;
+      for (const e of early) this.queuedBytes -= frameBytes(e);
+      for (const e of early) this.enqueue(e);
+    } else {
+      this.replayCursor = newest.id;
+    }
+    this.hooks.held(this);
+    this.continueReplay();
+  }
+
+  /** The next page, if the replay is still running (a failed read cuts the stream: the client resumes). */
+  private continueReplay(): void {
+    if (this.replayCursor === undefined) return;
+    this.replayPage().catch(() => this.end("read_failed"));
   }
 
   private enqueue(e: TailEntry): void {
@@ -113,6 +206,7 @@ class Subscriber {
     this.last = e.id;
     if (this.backedUp) {
       this.pending.push(e);
+      this.queuedBytes += frameBytes(e);
       if (this.pending.length > MAX_EVENTS_BEHIND) this.end("slow_reader");
       return;
     }
@@ -120,7 +214,7 @@ class Subscriber {
   }
 
   private send(e: TailEntry): void {
-    this.sent();
+    this.hooks.sent();
     this.write(eventFrame(e.id, e.json));
   }
 
@@ -129,7 +223,14 @@ class Subscriber {
     this.backedUp = true;
     this.sink.onDrain(() => {
       this.backedUp = false;
-      while (!this.backedUp && !this.ended && this.pending.length > 0) this.send(this.pending.shift() as TailEntry);
+      while (!this.backedUp && !this.ended && this.pending.length > 0) {
+        const e = this.pending.shift() as TailEntry;
+        this.queuedBytes -= frameBytes(e);
+        this.send(e);
+      }
+      if (this.ended) return;
+      this.hooks.held(this);
+      this.continueReplay();
     });
   }
 }
@@ -263,13 +364,23 @@ class UserTail {
  * streams its clients watch straight from Redis (one blocking XREAD per user over that user's
  * streams), so an event recorded by any process reaches every process's clients; a resume replays
  * what the stream still keeps after `Last-Event-ID`, then goes live without a gap or a duplicate
- * (entries are compared by id). A client that stops reading is cut off once it is
- * MAX_EVENTS_BEHIND events behind: what a stream holds in memory is bounded.
+ * (entries are compared by id).
+ *
+ * What the streams hold in memory is bounded in bytes: each stream's unsent socket bytes plus its
+ * queued entries are counted after every change (an over-estimate between changes: a socket only
+ * drains meanwhile). A stream past SSE_MAX_BUFFERED_BYTES_PER_STREAM (or MAX_EVENTS_BEHIND
+ * queued events) is cut; when all of them together pass SSE_MAX_BUFFERED_BYTES_PER_PROCESS, the
+ * largest are cut. A cut destroys the connection, freeing its bytes at once; the client resumes
+ * with the id of the last whole event it read.
  */
 export class LiveTail {
   private readonly users = new Map<string, UserTail>();
+  /** Open streams, oldest first (a Set keeps insertion order). */
   private readonly subscribers = new Set<Subscriber>();
   private readonly heartbeat: NodeJS.Timeout;
+  /** Σ `counted` of the open streams. */
+  private heldBytes = 0;
+  private shedding = false;
   private closed = false;
 
   constructor(
@@ -317,22 +428,19 @@ export class LiveTail {
     }
     const resume = request.lastEventId;
     const owner = user;
-    const sub = new Subscriber(
-      id,
-      request,
-      sink,
-      resume ?? (tap.lastId as string),
-      resume !== undefined,
-      (s, reason) => this.ended(owner, s, reason),
-      () => this.opts.metrics.liveTailEvents.inc(),
-    );
+    const sub = new Subscriber(id, request, sink, resume ?? (tap.lastId as string), {
+      held: (s) => this.account(s),
+      ended: (s, reason) => this.ended(owner, s, reason),
+      sent: () => this.opts.metrics.liveTailEvents.inc(),
+      replay: (afterId, count) => this.store.after(stream, afterId, count),
+    });
     tap.subscribers.add(sub);
     this.subscribers.add(sub);
     this.opts.metrics.liveTailStreams.inc();
     user.wake();
     if (resume !== undefined) {
       try {
-        sub.replayed(await this.store.after(stream, resume, REPLAY_COUNT));
+        await sub.resume(resume);
       } catch (err) {
         sub.end("client");
         throw err;
@@ -343,17 +451,26 @@ export class LiveTail {
 
   /**
    * A read-only browser token for one source's streams (browsers cannot send an Authorization
-   * header). Only its hash is stored; it expires after SSE_TOKEN_TTL_SECONDS.
+   * header), bound to the API key that asked for it (`keyDigest`): it stops working when that key
+   * is rotated. Only its hash is stored; it expires after SSE_TOKEN_TTL_SECONDS.
    */
-  async issueToken(userId: string, sourceId: string): Promise<{ token: string; expiresAtMs: number }> {
+  async issueToken(userId: string, sourceId: string, keyDigest: string): Promise<{ token: string; expiresAtMs: number }> {
     const token = this.opts.newToken();
-    await this.store.saveToken(tokenHash(token), userId, sourceId, this.opts.tokenTtlMs);
+    await this.store.saveToken(tokenHash(token), { userId, sourceId, keyDigest }, this.opts.tokenTtlMs);
     return { token, expiresAtMs: this.opts.now() + this.opts.tokenTtlMs };
   }
 
-  /** The user and source a browser token was issued for, while it is valid. */
-  tokenOwner(token: string): Promise<{ userId: string; sourceId: string } | undefined> {
-    return this.store.tokenOwner(tokenHash(token));
+  /** What a browser token grants: valid while unexpired and while the key it was issued with is the user's. */
+  async tokenGrant(token: string): Promise<TokenGrant> {
+    const owner = await this.store.tokenOwner(tokenHash(token));
+    if (!owner) return { status: "unknown" };
+    if ((await this.opts.keyHolder(owner.keyDigest)) !== owner.userId) return { status: "key_rotated" };
+    return { status: "valid", ...owner };
+  }
+
+  /** An API key stopped working (rotation, user deletion): the streams opened with it, or with its tokens, end. */
+  revoked(keyDigest: string): void {
+    for (const s of [...this.subscribers]) if (s.request.keyDigest === keyDigest) s.end("key_revoked");
   }
 
   /** Ends every stream (shutdown). */
@@ -363,8 +480,39 @@ export class LiveTail {
     for (const s of [...this.subscribers]) s.end("shutdown");
   }
 
+  /** Counts a stream's held bytes into the total; cuts it past its budget, or the largest past the process's. */
+  private account(s: Subscriber): void {
+    if (s.ended) return;
+    const held = s.held();
+    this.heldBytes += held - s.counted;
+    s.counted = held;
+    if (held > this.opts.maxBufferedBytesPerStream) s.end("stream_bytes");
+    else if (this.heldBytes > this.opts.maxBufferedBytesPerProcess) this.shed();
+    this.opts.metrics.liveTailBufferedBytes.set(this.heldBytes);
+  }
+
+  /** Over the process budget: counts every stream afresh (sockets drained meanwhile), then cuts the largest. */
+  private shed(): void {
+    if (this.shedding) return;
+    this.shedding = true;
+    try {
+      const held = [...this.subscribers].map((stream) => {
+        const bytes = stream.held();
+        this.heldBytes += bytes - stream.counted;
+        stream.counted = bytes;
+        return { stream, bytes };
+      });
+      for (const s of streamsToShed(held, this.opts.maxBufferedBytesPerProcess)) s.end("process_bytes");
+    } finally {
+      this.shedding = false;
+    }
+  }
+
   private ended(user: UserTail, s: Subscriber, reason: EndReason): void {
     if (!this.subscribers.delete(s)) return;
+    this.heldBytes -= s.counted;
+    s.counted = 0;
+    this.opts.metrics.liveTailBufferedBytes.set(this.heldBytes);
     this.opts.metrics.liveTailStreams.dec();
     if (reason !== "client") this.opts.metrics.liveTailEnded.inc({ reason });
     user.drop(s.request, s);

@@ -189,8 +189,13 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
     }),
     liveTailEnded: new Counter({
       name: "tributary_sse_streams_ended_total",
-      help: "Live-tail streams ended by the daemon, by reason (slow_reader, emitter_deleted, shutdown)",
+      help: "Live-tail streams ended by the daemon, by reason (slow_reader, stream_bytes, process_bytes, key_revoked, emitter_deleted, read_failed, shutdown)",
       labelNames: ["reason"] as const,
+      registers,
+    }),
+    liveTailBufferedBytes: new Gauge({
+      name: "tributary_sse_buffered_bytes",
+      help: "Bytes this process holds for its live-tail streams: written but not yet taken by the client, plus queued",
       registers,
     }),
   };

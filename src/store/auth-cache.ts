@@ -25,9 +25,17 @@ export class AuthCache extends FeedCache<{ readonly userId: string; readonly dig
     super(opts, "auth cache");
   }
 
+  private readonly revokedListeners = new Set<(digest: string) => void>();
+
+  /** Calls `fn` with the digest of every key this process learns stopped working (its own changes and other processes'). */
+  onRevoked(fn: (digest: string) => void): void {
+    this.revokedListeners.add(fn);
+  }
+
   /** A revocation names the key's digest. */
   protected drop(digest: string): void {
     this.cache.invalidateWhere((entry) => entry.digest === digest);
+    for (const fn of this.revokedListeners) fn(digest);
   }
 
   protected listenLocally(): void {

@@ -13,6 +13,13 @@ export interface TailEntry {
   readonly json: string;
 }
 
+/** Who a browser token was issued to: the user, the one source it opens, the digest of the API key that asked. */
+export interface TokenOwner {
+  readonly userId: string;
+  readonly sourceId: string;
+  readonly keyDigest: string;
+}
+
 /** One stream of events (an emitter's channel) as the live tail reads it. */
 export interface TailStream {
   readonly userId: string;
@@ -174,16 +181,22 @@ export class LiveTailStore {
     return (await this.redis.exists(key)) === 1;
   }
 
-  /** Stores a browser token (by its hash) for one source's streams. */
-  async saveToken(tokenHash: string, userId: string, sourceId: string, ttlMs: number): Promise<void> {
-    await this.redis.set(this.keys.tailToken(tokenHash), `${userId} ${sourceId}`, "PX", ttlMs);
+  /**
+   * Stores a browser token (by its hash) for one source's streams, with the digest of the API key
+   * it was issued with (the live tail checks that key is still the user's on every use).
+   */
+  async saveToken(tokenHash: string, grant: TokenOwner, ttlMs: number): Promise<void> {
+    await this.redis.set(this.keys.tailToken(tokenHash), `${grant.userId} ${grant.sourceId} ${grant.keyDigest}`, "PX", ttlMs);
   }
 
-  /** The user and source a token was issued for, while it is valid. */
-  async tokenOwner(tokenHash: string): Promise<{ userId: string; sourceId: string } | undefined> {
+  /**
+   * The user, source and key digest a token was issued with, while it is unexpired. A token stored
+   * without a key digest (issued before tokens were bound to keys) is not honoured.
+   */
+  async tokenOwner(tokenHash: string): Promise<TokenOwner | undefined> {
     const v = await this.redis.get(this.keys.tailToken(tokenHash));
-    const [userId, sourceId] = v?.split(" ") ?? [];
-    return userId && sourceId ? { userId, sourceId } : undefined;
+    const [userId, sourceId, keyDigest] = v?.split(" ") ?? [];
+    return userId && sourceId && keyDigest ? { userId, sourceId, keyDigest } : undefined;
   }
 
   /** Takes a slot for a new stream of the user; false when the user is at `max` (0 = unlimited). */

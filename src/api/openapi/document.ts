@@ -140,7 +140,7 @@ function liveTail(summary: string, source: boolean, channel = true): Operation {
     tag: "Live tail",
     summary,
     description:
-      "Each event is `id: <event id>` and one `data:` line holding the item GET …/event_summaries?expand=event returns; a `:sse-handshake` comment every SSE_HEARTBEAT_SECONDS. Streams end when the emitter is deleted or the reader falls 1,000 events behind.",
+      "Each event is `id: <event id>` and one `data:` line holding the item GET …/event_summaries?expand=event returns; a `:sse-handshake` comment every SSE_HEARTBEAT_SECONDS. Streams end when the emitter is deleted, when the API key behind them (or behind their ?token=) is rotated, or when the reader falls 1,000 events or SSE_MAX_BUFFERED_BYTES_PER_STREAM bytes behind (or the process's streams together hold SSE_MAX_BUFFERED_BYTES_PER_PROCESS and this one is among the largest); resume with Last-Event-ID.",
     auth: "user",
     storage: true,
     query,
@@ -334,7 +334,8 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
     post: v1({
       tag: "Live tail",
       summary: "A read-only browser token for this source's streams (pass it as ?token=)",
-      description: "Valid SSE_TOKEN_TTL_SECONDS (default 3600); expires_at is in epoch seconds.",
+      description:
+        "Valid SSE_TOKEN_TTL_SECONDS (default 3600) and while the API key that asked for it is the user's: rotating that key makes the token answer 401. expires_at is in epoch seconds.",
       ok: {
         status: 200,
         description: "The token",

@@ -15,6 +15,8 @@ import type { RouteModule } from "../app.js";
 export interface LiveTailRouteDeps {
   readonly tail: LiveTail;
   readonly authenticator: Authenticator;
+  /** The digest API keys are indexed by (undefined for a string that cannot be a key). */
+  readonly keyDigest: (apiKey: string) => string | undefined;
   readonly sources: SourceService;
   readonly workflows: WorkflowService;
 }
@@ -50,28 +52,40 @@ function lastEventIdOf(ctx: Context, query: Record<string, unknown>): string | u
  * `text/event-stream` response that Koa leaves to the live tail.
  */
 export function liveTailRoutes(deps: LiveTailRouteDeps): { v1: RouteModule; streams: Middleware; router: Router } {
-  /** The user behind the API key, or behind a browser token issued for this source. */
-  const authorize = async (ctx: Context, query: Record<string, unknown>, kind: EmitterKind, emitterId: string): Promise<string> => {
+  /** The user behind the API key, or behind a browser token issued for this source, and the key's digest. */
+  const authorize = async (
+    ctx: Context,
+    query: Record<string, unknown>,
+    kind: EmitterKind,
+    emitterId: string,
+  ): Promise<{ userId: string; keyDigest: string }> => {
     const key = bearer(ctx);
     if (key) {
       const userId = await deps.authenticator.authenticate(key);
-      if (!userId) throw new UnauthorizedError("invalid or revoked API key");
-      return userId;
+      const keyDigest = deps.keyDigest(key);
+      if (!userId || keyDigest === undefined) throw new UnauthorizedError("invalid or revoked API key");
+      return { userId, keyDigest };
     }
     const token = query.token;
     if (typeof token !== "string" || token === "") {
       throw new UnauthorizedError("missing Authorization: Bearer <API key> header or ?token= from POST /v1/sources/{id}/sse_tokens");
     }
-    const owner = kind === "source" ? await deps.tail.tokenOwner(token) : undefined;
-    if (!owner || owner.sourceId !== emitterId) throw new UnauthorizedError("invalid or expired token for this source's streams");
-    return owner.userId;
+    const grant = kind === "source" ? await deps.tail.tokenGrant(token) : undefined;
+    if (grant?.status === "key_rotated") {
+      throw new UnauthorizedError(
+        "this token was issued with an API key that has since been rotated or revoked; get a new one from POST /v1/sources/{id}/sse_tokens",
+      );
+    }
+    if (grant?.status !== "valid" || grant.sourceId !== emitterId)
+      throw new UnauthorizedError("invalid or expired token for this source's streams");
+    return { userId: grant.userId, keyDigest: grant.keyDigest };
   };
 
   const stream = (kind: EmitterKind, fixedChannel?: string) => async (ctx: Context) => {
     const raw = (ctx as Context & { params: { id: string } }).params.id;
     const emitterId = kind === "source" ? sourceIdOf(raw) : raw;
     const query = params(ctx);
-    const userId = await authorize(ctx, query, kind, emitterId);
+    const { userId, keyDigest } = await authorize(ctx, query, kind, emitterId);
     // A foreign or unknown id is a 404 before the stream opens.
     const emitter = kind === "source" ? await deps.sources.get(userId, emitterId) : await deps.workflows.get(userId, emitterId);
     const channel = fixedChannel ?? parseEventName(query.event_name, { required: false });
@@ -93,16 +107,18 @@ export function liveTailRoutes(deps: LiveTailRouteDeps): { v1: RouteModule; stre
         return res.write(frame);
       },
       onDrain: (fn) => res.once("drain", fn),
+      buffered: () => res.writableLength,
       end: () => {
         head();
         res.end();
       },
+      destroy: () => res.destroy(),
     };
     ctx.req.socket.setTimeout(0);
     ctx.req.socket.setNoDelay(true);
     let close: () => void;
     try {
-      close = await deps.tail.open({ userId, kind, emitterId: emitter.id, channel, lastEventId }, sink);
+      close = await deps.tail.open({ userId, kind, emitterId: emitter.id, channel, lastEventId, keyDigest }, sink);
     } catch (err) {
       if (!res.headersSent) throw err;
       ctx.respond = false;
@@ -133,7 +149,10 @@ export function liveTailRoutes(deps: LiveTailRouteDeps): { v1: RouteModule; stre
     r.post("/sources/:id/sse_tokens", async (ctx) => {
       const userId = userIdOf(ctx);
       const source = await deps.sources.get(userId, ctx.params.id);
-      const { token, expiresAtMs } = await deps.tail.issueToken(userId, source.id);
+      // The request passed requireUser, so its key is a valid one: the token is bound to it.
+      const keyDigest = deps.keyDigest(bearer(ctx) ?? "");
+      if (keyDigest === undefined) throw new UnauthorizedError();
+      const { token, expiresAtMs } = await deps.tail.issueToken(userId, source.id, keyDigest);
       // Epoch seconds, as every *_at of the API document.
       sendData(ctx, { token, expires_at: Math.floor(expiresAtMs / 1000) });
     });

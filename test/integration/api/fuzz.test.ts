@@ -67,6 +67,8 @@ interface Fixtures {
   responderToken: string;
   /** Endpoint tokens of sources with inbound verification (SPEC §12): the token form, each preset, the generic form. */
   verifiedTokens: string[];
+  /** Live-tail browser tokens: one valid for sources[0], one whose API key was rotated since. */
+  sseTokens: string[];
 }
 
 /** Every kind of inbound verification a source may have (the fuzz sends no valid signature). */
@@ -183,6 +185,8 @@ const KNOWN_KEYS = [
   "since",
   "until",
   "dry_run",
+  "token",
+  "last_event_id",
 ] as const;
 
 const METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "PROPFIND"] as const;
@@ -375,6 +379,9 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
     `whsec_${Buffer.alloc(23, 1).toString("base64")}`,
     "whsec_",
     "whsec_====",
+    "sse_",
+    `sse_${"A".repeat(32)}`,
+    ...f.sseTokens,
     ...ids,
     ...ids.map(b64url),
   );
@@ -654,6 +661,14 @@ describe("fuzz", () => {
     const p = workflowId();
     const eventId = await emit(u.api, p, { seed: true });
     const sub = await subscribe(u.api, p, hook.id);
+    const sseToken = async (api: typeof u.api, sourceId: string) => {
+      const res = await api.post(`/v1/sources/${sourceId}/sse_tokens`);
+      expectStatus(res, 200);
+      return res.body.data.token as string;
+    };
+    // A token of the sacrificial user, whose key is rotated before the run: refused as rotated.
+    const rotatedToken = await sseToken(sacrificial.api, (await createSource(sacrificial.api, { component_code: HTTP_ESM })).id);
+    expectStatus(await client(td.url, td.adminToken).post(`/admin/users/${sacrificial.id}/api_key`), 200);
     const fixtures: Fixtures = {
       sources: sources.map((s) => s.id),
       componentId: component.id,
@@ -665,6 +680,7 @@ describe("fuzz", () => {
       foreignWebhook: (await createWebhook(other.api, "https://example.com/other")).id,
       sacrificialUserId: sacrificial.id,
       responderToken: String((await createSource(u.api, { component_code: RESPONDER })).configured_props.http.endpoint_url.split("/e/")[1]),
+      sseTokens: [await sseToken(u.api, sources[0].id), rotatedToken],
       verifiedTokens: await Promise.all(
         INBOUND_AUTHS.map(async (auth) => {
           const s = await createSource(u.api, { component_code: RESPONDER, configured_props: { http: { auth } } });

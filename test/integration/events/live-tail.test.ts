@@ -298,7 +298,7 @@ describe("live tail across processes, limits and ends", () => {
     await waitFor(() => s.ended(), { what: "the stream to end", timeoutMs: 10_000 });
   });
 
-  it("cuts off a reader that stops reading once it is 1,000 events behind, keeping memory bounded", async () => {
+  it("cuts off a reader that stops reading once it is 1,000 events behind, keeping memory bounded", { timeout: 120_000 }, async () => {
     const u = await td.createUser();
     const wf = workflowId();
     await emit(u.api, wf, { warm: true });
@@ -313,21 +313,68 @@ describe("live tail across processes, limits and ends", () => {
     sock.pause();
     sock.write(`GET /v1/workflows/${wf}/sse HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${u.api_key}\r\n\r\n`);
     opened.push({ close: () => sock.destroy() });
-    const big = "x".repeat(16 * 1024);
+    // Events of about 1 KB, so that the count (not the byte budget) is what cuts: once the kernel's
+    // buffers are full, 1,000 queued events of this size are far below SSE_MAX_BUFFERED_BYTES_PER_STREAM.
+    // Batches of 100 at most, as the stream keeps the latest 100 (the tail reads what is kept).
+    const small = "x".repeat(1000);
     let sent = 0;
     await waitFor(
       async () => {
         if ((await metric()) > before) return true;
-        if (sent >= 4000) return false;
+        if (sent >= 30_000) return false;
         const res = await u.api.post(`/v1/workflows/${wf}/events`, {
-          json: { events: Array.from({ length: 25 }, () => ({ event: { big } })) },
+          json: { events: Array.from({ length: 50 }, (_, i) => ({ event: { i, small } })) },
         });
         expectStatus(res, 202);
-        sent += 25;
+        sent += 50;
         return false;
       },
       { what: "the slow reader to be cut off", timeoutMs: 60_000 },
     );
     sock.destroy();
+  });
+});
+
+describe("live tail after an API key rotation", () => {
+  it("refuses a browser token made with the rotated key with a clear 401, ends the open streams, and honours a token made after", async () => {
+    const u = await td.createUser();
+    const src = await httpSource(u.api);
+    const admin = client(td.url, td.adminToken);
+    const made = await u.api.post(`/v1/sources/${src.id}/sse_tokens`);
+    expectStatus(made, 200);
+    const oldToken = made.body.data.token as string;
+    // Works before the rotation.
+    const before = await rawStream(`/v1/sources/${src.id}/sse?token=${oldToken}`, {});
+    expect(before.res.status).toBe(200);
+    const byKey = await rawStream(`/v1/sources/${src.id}/sse`, { authorization: `Bearer ${u.api_key}` });
+    expect(byKey.res.status).toBe(200);
+    await waitFor(() => before.text().includes(":sse-handshake") && byKey.text().includes(":sse-handshake"), { what: "both streams open" });
+
+    const rotated = await admin.post(`/admin/users/${u.id}/api_key`);
+    expectStatus(rotated, 200);
+    const newKey = rotated.body.data.api_key as string;
+
+    // Read as a stream: a token still honoured would answer 200 and never end.
+    const refused = await rawStream(`/v1/sources/${src.id}/sse?token=${oldToken}`, {});
+    expect(refused.res.status).toBe(401);
+    await waitFor(() => refused.ended(), { what: "the 401 body" });
+    const body = JSON.parse(refused.text());
+    expect(body.code).toBe("unauthorized");
+    expect(body.error).toMatch(/rotated/);
+    expect(body.error).toMatch(/sse_tokens/);
+    // Every URL form refuses it.
+    const other = await rawStream(`/sse/dc/${src.id}/emits?token=${oldToken}`, {});
+    expect(other.res.status).toBe(401);
+    // The streams opened with the old key (directly or through its token) end.
+    await waitFor(() => before.ended() && byKey.ended(), { what: "the old key's streams to end", timeoutMs: 10_000 });
+
+    const fresh = await client(td.url, newKey).post(`/v1/sources/${src.id}/sse_tokens`);
+    expectStatus(fresh, 200);
+    const after = listen(`/sources/${src.id}/sse?token=${fresh.body.data.token}`);
+    await waitFor(() => after.es.readyState === EventSource.OPEN, { what: "the new token's stream open" });
+    const ids = await seedSourceEvents(td, redis, u.id, src.id, [{ after: 1 }]);
+    await waitFor(() => after.got.length >= 1, { what: "an event on the new token's stream" });
+    expect(after.got.map((g) => g.id)).toEqual(ids);
+    after.close();
   });
 });
