@@ -30,11 +30,12 @@ export interface AttempterDeps {
   /** DELIVERY_RETRY_SCHEDULE: the delays of every listener without a `retry_schedule` of its own. */
   scheduleMs: readonly number[];
   /**
-   * Takes a token of a webhook's `rate_limit_per_second` bucket, shared by every worker process
-   * (store/rate-limit.ts KeyedRateLimiter): 0 when the attempt may start, else the wait in ms.
-   * Without it, rate limits are not applied.
+   * Takes a start of a webhook's `rate_limit_per_second`, shared by every worker process
+   * (store/rate-limit.ts WebhookRateLimiter): 0 when the attempt may start, else the wait in ms
+   * until the start slot reserved for `token` (the job that carries the attempt), which the
+   * attempt then finds when it comes back. Without it, rate limits are not applied.
    */
-  rateLimit?: (userId: string, webhookId: string, ratePerSecond: number) => Promise<number>;
+  rateLimit?: (userId: string, webhookId: string, ratePerSecond: number, token: string) => Promise<number>;
   /** Health events (SPEC §12): `$delivery_failed` and `$webhook_disabled` (events/health.ts). None: not reported. */
   health?: HealthReporter;
   /** Webhook circuit breakers (delivery/circuit.ts), shared by every worker process. Without it, none. */
@@ -61,7 +62,8 @@ interface Resolved extends Destination {
 
 /**
  * An attempt not made because its webhook's rate limit was reached: the caller makes it again in
- * `delayMs` (a delayed job), without counting an attempt of the schedule or a failure.
+ * `delayMs` (a delayed job, due at the start slot reserved for it), without counting an attempt of
+ * the schedule or a failure.
  */
 export interface RateLimited {
   readonly kind: "rate_limited";
@@ -126,11 +128,12 @@ export class Attempter {
       if (admission.kind === "probe") this.d.metrics.circuitTransitions.inc({ to: "half_open" });
     }
     if (target.ratePerSecond && this.d.rateLimit) {
-      const waitMs = await this.d.rateLimit(job.userId, job.listenerId, target.ratePerSecond);
+      // The job id, as for the circuit: a direct first attempt's job will carry the delivery id.
+      const waitMs = await this.d.rateLimit(job.userId, job.listenerId, target.ratePerSecond, run.id ?? job.deliveryId);
       if (waitMs > 0) {
         this.d.metrics.deliveries.inc({ listener_kind: job.listenerKind, outcome: "rate_limited" });
-        // Spread over one interval, so the waiting attempts do not all come back at the same moment.
-        return { kind: "rate_limited", delayMs: waitMs + Math.floor(this.random() * (1000 / target.ratePerSecond)) };
+        // No spread: the wait ends at the slot reserved for this attempt, distinct from every other's.
+        return { kind: "rate_limited", delayMs: waitMs };
       }
     }
     const nowMs = this.now();

@@ -131,8 +131,10 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
 
     webhooks: (userId: string) => `${u(userId)}:webhooks`,
     webhook: (userId: string, id: string) => `${u(userId)}:webhook:${id}`,
-    /** token bucket of a webhook's rate_limit_per_second, shared by every worker process */
+    /** hash: the start schedule of a webhook's rate_limit_per_second (store/scripts/webhook-slot.ts), shared by every worker process */
     webhookRate: (userId: string, id: string) => `${u(userId)}:webhook-rate:${id}`,
+    /** zset: a webhook's reserved start slots (token by slot ms), beside its schedule */
+    webhookRateSlots: (userId: string, id: string) => `${u(userId)}:webhook-rate-slots:${id}`,
     /** hash: a webhook's circuit breaker (store/circuit.ts), shared by every worker process; absent = closed */
     webhookCircuit: (userId: string, id: string) => `${u(userId)}:webhook-circuit:${id}`,
     /** zset: job ids of deliveries waiting on a webhook's open circuit, released when it closes */
