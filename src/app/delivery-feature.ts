@@ -63,7 +63,7 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     listeners: listenerCache,
     webhooks: stores.webhooks,
     scheduleMs: config.deliveryRetryScheduleMs,
-    rateLimit: (userId, webhookId, rate, token) => webhookRates.take(userId, webhookId, rate, token),
+    rateLimit: webhookRates,
     health: core.health,
     circuit,
     logger,

@@ -58,9 +58,18 @@ export class WebhookRateLimiter {
   /**
    * Takes a start of `webhookId` at `ratePerSecond` for the attempt `token` (its job id, the same
    * each time the job comes back): 0 when it may start now, else the wait in ms until its slot.
+   * A circuit's probe takes no slot: it waits only for the spacing of the starts (at most an interval).
    */
-  async take(userId: string, webhookId: string, ratePerSecond: number, token: string): Promise<number> {
-    const keys = [this.keys.webhookRate(userId, webhookId), this.keys.webhookRateSlots(userId, webhookId)];
-    return Number(await this.slot(keys, [1000 / ratePerSecond, token, SLOT_KEEP_MS]));
+  async take(userId: string, webhookId: string, ratePerSecond: number, token: string, probe = false): Promise<number> {
+    return Number(await this.slot(this.keysOf(userId, webhookId), [1000 / ratePerSecond, token, SLOT_KEEP_MS, probe ? "probe" : "take"]));
+  }
+
+  /** Gives back the slot reserved for `token`, if any (its attempt was turned away by the webhook's circuit). */
+  async drop(userId: string, webhookId: string, token: string): Promise<void> {
+    await this.slot(this.keysOf(userId, webhookId), [0, token, 0, "drop"]);
+  }
+
+  private keysOf(userId: string, webhookId: string): string[] {
+    return [this.keys.webhookRate(userId, webhookId), this.keys.webhookRateSlots(userId, webhookId)];
   }
 }

@@ -1,7 +1,18 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import type { Client } from "../../helpers/daemon.js";
-import { emit, h, hookPath, installDeliveryHarness, NO_CIRCUIT, rx, subscribe, workflowId } from "../../helpers/delivery-e2e.js";
+import {
+  emit,
+  h,
+  hookPath,
+  installDeliveryHarness,
+  NO_CIRCUIT,
+  ownHarness,
+  rx,
+  subscribe,
+  workflowId,
+} from "../../helpers/delivery-e2e.js";
+import { waitFor } from "../../helpers/receiver.js";
 
 /**
  * A rate-limited webhook with a backlog (SPEC §12 `rate_limit_per_second`): each waiting delivery
@@ -96,5 +107,35 @@ describe("a rate-limited backlog", () => {
     const order = got.map((r) => (r.json as { n: number }).n);
     const inversions = order.filter((n, i) => i > 0 && n < (order[i - 1] as number)).length;
     expect(inversions, `order of arrival ${order.join(",")}`).toBeLessThanOrEqual(Math.ceil(order.length / 10));
+  });
+});
+
+describe("a rate-limited backlog whose webhook's circuit opens", () => {
+  const own = ownHarness({ CIRCUIT_FAILURE_THRESHOLD: "3", CIRCUIT_COOLDOWN: "2s" });
+
+  it("probes when the cool-down ends, not after the slots the waiting deliveries had reserved", async () => {
+    const td = own().td;
+    const a = await td.createUser("paid");
+    let down = true;
+    const path = hookPath("flaky-limited", () => ({ status: down ? 500 : 200 }));
+    const w = await webhook(a.api, rx.url(path), { rate_limit_per_second: 2, retry_schedule: "1h" });
+    const emitter = workflowId();
+    await subscribe(a.api, emitter, w);
+    // 60 deliveries at 2/s: slots reserved up to 30 s ahead.
+    const res = await a.api.post(`/v1/workflows/${emitter}/events`, {
+      json: { events: Array.from({ length: 60 }, (_, i) => ({ event: { n: i } })) },
+    });
+    expect(res.status, res.text).toBe(202);
+    const circuit = async () => (await a.api.get(`/v1/webhooks/${w}`)).body.data.circuit as { state: string };
+    await waitFor(async () => (await circuit()).state === "open", { timeoutMs: 15_000, what: "the circuit to open" });
+    down = false;
+    const openedAt = Date.now();
+    await waitFor(async () => (await circuit()).state === "closed", { timeoutMs: 20_000, intervalMs: 100, what: "the circuit to close" });
+    // The 2 s cool-down, then the probe; not the 30 s of slots ahead.
+    expect(Date.now() - openedAt, "open → closed (ms)").toBeLessThan(8000);
+    await rx.waitFor((r) => (r.to(path).filter((q) => q.at > openedAt).length >= 4 ? true : undefined), {
+      timeoutMs: 10_000,
+      what: "deliveries after the circuit closed",
+    });
   });
 });
