@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createKeys } from "../../../src/store/keys.js";
@@ -53,5 +54,33 @@ describe("webhook start slots", () => {
     // too: a newcomer is no longer put after them.
     for (let i = 1; i < 20; i++) await limiter.drop("u_r", "wh_3", `job-${i}`);
     expect(await limiter.take("u_r", "wh_3", RATE, "job-new")).toBeLessThanOrEqual(2000);
+  });
+
+  it("starts one of a pile of reserved attempts that all come back late at once; the others take new slots one interval apart", async () => {
+    const rate = 10;
+    const tokens = Array.from({ length: 10 }, (_, i) => `late-${i}`);
+    for (const t of tokens) await limiter.take("u_r", "wh_4", rate, t);
+    // Every slot (the last one 0.9 s ahead) has passed: a backed-up queue hands them all back now.
+    await sleep(1500);
+    const waits = await Promise.all(tokens.map((t) => limiter.take("u_r", "wh_4", rate, t)));
+    expect(waits.filter((w) => w === 0)).toHaveLength(1);
+    const later = waits.filter((w) => w > 0).sort((x, y) => x - y);
+    expect(later).toHaveLength(9);
+    for (let i = 1; i < later.length; i++) expect((later[i] as number) - (later[i - 1] as number), `slot ${i}`).toBeGreaterThanOrEqual(99);
+  });
+
+  it("starts reserved attempts that all come back equally late, each at its own late turn", async () => {
+    const tokens = ["even-0", "even-1", "even-2", "even-3"];
+    const waits: number[] = [];
+    for (const t of tokens) waits.push(await limiter.take("u_r", "wh_5", RATE, t));
+    const t0 = Date.now();
+    // Each one 0.3 s after its slot (a queue running that much behind): within the tolerance of
+    // the one before, so all start, none loses its turn.
+    for (const [i, t] of tokens.entries()) {
+      if (i === 0) continue;
+      const due = t0 + (waits[i] as number) + 300;
+      await sleep(Math.max(0, due - Date.now()));
+      expect(await limiter.take("u_r", "wh_5", RATE, t), t).toBe(0);
+    }
   });
 });
