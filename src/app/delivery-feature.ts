@@ -13,7 +13,7 @@ import { MaintenanceWorker } from "../events/maintenance.js";
 import { ListenerCache } from "../store/listener-cache.js";
 import { CircuitBreaker } from "../delivery/circuit.js";
 import { CircuitHints } from "../store/circuit-hints.js";
-import { KeyedRateLimiter } from "../store/rate-limit.js";
+import { WebhookRateLimiter } from "../store/rate-limit.js";
 import type { Connections } from "./connections.js";
 import type { Core } from "./core.js";
 import type { Shutdown } from "./shutdown.js";
@@ -45,7 +45,7 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
   shutdown.on("workers", "listener cache", () => listenerCache.stop());
   const sender = createSender({ agent: core.agent, timeoutMs: config.deliveryTimeoutMs });
   shutdown.on("resources", "sender", () => sender.close());
-  const webhookRates = new KeyedRateLimiter(conns.commands);
+  const webhookRates = new WebhookRateLimiter(conns.commands, keys);
   // Circuit breakers, skipped in Redis for webhooks this process knows clean (store/circuit-hints.ts).
   const circuitHints = new CircuitHints({ subscriber: conns.subscriber("circuit-hints"), channel: keys.circuitChanges(), logger });
   shutdown.on("workers", "circuit hints", () => circuitHints.stop());
@@ -63,7 +63,7 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     listeners: listenerCache,
     webhooks: stores.webhooks,
     scheduleMs: config.deliveryRetryScheduleMs,
-    rateLimit: (userId, webhookId, rate) => webhookRates.take(keys.webhookRate(userId, webhookId), rate),
+    rateLimit: webhookRates,
     health: core.health,
     circuit,
     logger,

@@ -153,7 +153,7 @@ export const envSchema = z.object({
     }),
   /** Deliveries kept per webhook in the attempt log. */
   DELIVERY_LOG_LIMIT: int(10, 100_000).default(1000),
-  /** Deliveries bulk replays re-queue per second, all replays together (SPEC §12). */
+  /** Deliveries bulk replays re-queue per second, all replays together, shared between users in turn (SPEC §12). */
   REPLAY_RATE_PER_SECOND: int(1, 100_000).default(100),
   /**
    * How long a webhook's previous signing secret stays in effect after a rotation (deliveries are

@@ -11,6 +11,7 @@ import type { WebhookRecord, WebhookStore } from "../store/webhooks.js";
 import type { ListenerCache } from "../store/listener-cache.js";
 import type { WorkflowRecord, WorkflowStore } from "../store/workflows.js";
 import type { AttemptLog, DeliveryRecord } from "../store/attempt-log.js";
+import type { WebhookRateLimiter } from "../store/rate-limit.js";
 import type { CircuitBreaker } from "./circuit.js";
 import { recordBaseOf } from "./jobs.js";
 import type { HealthReporter } from "./health-reporter.js";
@@ -30,11 +31,12 @@ export interface AttempterDeps {
   /** DELIVERY_RETRY_SCHEDULE: the delays of every listener without a `retry_schedule` of its own. */
   scheduleMs: readonly number[];
   /**
-   * Takes a token of a webhook's `rate_limit_per_second` bucket, shared by every worker process
-   * (store/rate-limit.ts KeyedRateLimiter): 0 when the attempt may start, else the wait in ms.
-   * Without it, rate limits are not applied.
+   * A webhook's `rate_limit_per_second`, shared by every worker process (store/rate-limit.ts
+   * WebhookRateLimiter): `take` answers 0 when the attempt may start, else the wait in ms until the
+   * start slot reserved for the job that carries the attempt, which the attempt then finds when it
+   * comes back. Without it, rate limits are not applied.
    */
-  rateLimit?: (userId: string, webhookId: string, ratePerSecond: number) => Promise<number>;
+  rateLimit?: Pick<WebhookRateLimiter, "take" | "drop">;
   /** Health events (SPEC §12): `$delivery_failed` and `$webhook_disabled` (events/health.ts). None: not reported. */
   health?: HealthReporter;
   /** Webhook circuit breakers (delivery/circuit.ts), shared by every worker process. Without it, none. */
@@ -61,7 +63,8 @@ interface Resolved extends Destination {
 
 /**
  * An attempt not made because its webhook's rate limit was reached: the caller makes it again in
- * `delayMs` (a delayed job), without counting an attempt of the schedule or a failure.
+ * `delayMs` (a delayed job, due at the start slot reserved for it), without counting an attempt of
+ * the schedule or a failure.
  */
 export interface RateLimited {
   readonly kind: "rate_limited";
@@ -113,24 +116,30 @@ export class Attempter {
       await this.recordSkipped(job, target, record);
       return undefined;
     }
-    // Before the rate limit, so deliveries turned away by an open circuit take no rate-limit token.
+    // Before the rate limit, so deliveries turned away by an open circuit take no rate-limit slot.
     const circuit = job.listenerKind === "webhook" ? this.d.circuit : undefined;
+    // The job's id, where the circuit parks the attempt and the rate limit reserves its slot. A
+    // direct first attempt has no job yet: the one it adds to wait carries the delivery id.
+    const token = run.id ?? job.deliveryId;
+    let probe = false;
     if (circuit) {
-      // A direct first attempt has no job yet: the one it adds to wait carries the delivery id.
-      const admission = await circuit.admit(job.userId, job.listenerId, job.deliveryId, run.id ?? job.deliveryId, target.timeoutMs);
+      const admission = await circuit.admit(job.userId, job.listenerId, job.deliveryId, token, target.timeoutMs);
       if (admission.kind === "wait") {
         this.d.metrics.deliveries.inc({ listener_kind: job.listenerKind, outcome: "circuit_open" });
+        // A slot reserved before the circuit opened would hold the webhook's schedule: given back.
+        if (target.ratePerSecond && this.d.rateLimit) await this.d.rateLimit.drop(job.userId, job.listenerId, token);
         const delayMs = Math.max(0, admission.untilMs - this.now()) + Math.floor(this.random() * CIRCUIT_WAIT_SPREAD_MS);
         return { kind: "circuit_open", delayMs };
       }
-      if (admission.kind === "probe") this.d.metrics.circuitTransitions.inc({ to: "half_open" });
+      probe = admission.kind === "probe";
+      if (probe) this.d.metrics.circuitTransitions.inc({ to: "half_open" });
     }
     if (target.ratePerSecond && this.d.rateLimit) {
-      const waitMs = await this.d.rateLimit(job.userId, job.listenerId, target.ratePerSecond);
+      const waitMs = await this.d.rateLimit.take(job.userId, job.listenerId, target.ratePerSecond, token, probe);
       if (waitMs > 0) {
         this.d.metrics.deliveries.inc({ listener_kind: job.listenerKind, outcome: "rate_limited" });
-        // Spread over one interval, so the waiting attempts do not all come back at the same moment.
-        return { kind: "rate_limited", delayMs: waitMs + Math.floor(this.random() * (1000 / target.ratePerSecond)) };
+        // No spread: the wait ends at the slot reserved for this attempt, distinct from every other's.
+        return { kind: "rate_limited", delayMs: waitMs };
       }
     }
     const nowMs = this.now();

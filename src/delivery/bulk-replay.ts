@@ -11,7 +11,8 @@ import { replayedRecord } from "./replay.js";
 /**
  * Bulk replay (SPEC §12): `plan` matches the failed deliveries and stores the replay (plan first,
  * then the record: what is acknowledged with 202 is in Redis); the ReplayDriver of one worker
- * process at a time queues them progressively, at REPLAY_RATE_PER_SECOND, as low-priority jobs.
+ * process at a time queues them progressively, at REPLAY_RATE_PER_SECOND shared between users in
+ * turn, as low-priority jobs.
  *
  * Live traffic keeps its pace: BullMQ takes every job of the wait list (live deliveries, retries)
  * before any prioritized job, and replay jobs carry the lowest priority; the driver also waits
@@ -62,8 +63,10 @@ export interface ReplayDriverDeps {
 
 /** The driver lease outlives a few ticks: a process that dies hands over within this. */
 const LEASE_MS = 10_000;
-/** Replays driven per tick (oldest first); the rest wait for the next tick. */
-const REPLAYS_PER_TICK = 10;
+/** Users served per tick at most (least recently served first); the rest wait for the next tick. */
+const USERS_PER_TICK = 100;
+/** A user's replays looked at per turn (oldest first), past those already queued to their end. */
+const REPLAYS_PER_TURN = 10;
 /** Plan entries examined per round trip. */
 const CHUNK = 100;
 
@@ -114,22 +117,41 @@ export class ReplayDriver {
     this.timer.unref?.();
   }
 
-  /** One round: refill the rate budget, then queue from the oldest replays while it lasts. */
+  /**
+   * One round: refill the rate budget, then share it between the users with replays queueing, in
+   * turn: each gets an equal part (at least one delivery), taken from its oldest replay, and goes
+   * behind the others; users the budget did not reach come first next round. So a user's replay
+   * waits for one part of every other user's, never for their whole replays.
+   */
   async tick(): Promise<void> {
     const nowMs = this.now();
     const rate = this.d.ratePerSecond;
     this.tokens = Math.min(rate, this.tokens + ((nowMs - this.lastMs) * rate) / 1000);
     this.lastMs = nowMs;
     if (this.tokens < 1) return;
-    const refs = await this.d.replays.queueing(REPLAYS_PER_TICK);
-    if (refs.length === 0) return;
+    const users = await this.d.replays.turns(Math.min(USERS_PER_TICK, Math.floor(this.tokens)));
+    if (users.length === 0) return;
     if (!(await this.d.replays.lease(this.d.owner, LEASE_MS))) return;
     // Workers behind on earlier replay jobs: let them catch up (live jobs never wait for these).
     if ((await this.d.queue.getPrioritizedCount()) >= rate) return;
-    for (const ref of refs) {
+    const share = Math.max(1, Math.floor(this.tokens / users.length));
+    for (const userId of users) {
       if (this.stopped || this.tokens < 1) break;
-      this.tokens -= await this.drive(ref, Math.floor(this.tokens));
+      this.tokens -= await this.turn(userId, Math.min(share, Math.floor(this.tokens)));
+      await this.d.replays.served(userId, this.now());
     }
+  }
+
+  /** A user's turn: up to `budget` entries of its oldest replay that has any left; returns how many it examined. */
+  private async turn(userId: string, budget: number): Promise<number> {
+    const refs = await this.d.replays.queueingOf(userId, REPLAYS_PER_TURN);
+    if (refs.length === 0) await this.d.replays.retire(userId);
+    for (const ref of refs) {
+      if (this.stopped) break;
+      const examined = await this.drive(ref, budget);
+      if (examined > 0) return examined;
+    }
+    return 0;
   }
 
   /** Queues up to `budget` plan entries of one replay; returns how many it examined. */

@@ -131,8 +131,10 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
 
     webhooks: (userId: string) => `${u(userId)}:webhooks`,
     webhook: (userId: string, id: string) => `${u(userId)}:webhook:${id}`,
-    /** token bucket of a webhook's rate_limit_per_second, shared by every worker process */
+    /** hash: the start schedule of a webhook's rate_limit_per_second (store/scripts/webhook-slot.ts), shared by every worker process */
     webhookRate: (userId: string, id: string) => `${u(userId)}:webhook-rate:${id}`,
+    /** zset: a webhook's reserved start slots (token by slot ms), beside its schedule */
+    webhookRateSlots: (userId: string, id: string) => `${u(userId)}:webhook-rate-slots:${id}`,
     /** hash: a webhook's circuit breaker (store/circuit.ts), shared by every worker process; absent = closed */
     webhookCircuit: (userId: string, id: string) => `${u(userId)}:webhook-circuit:${id}`,
     /** zset: job ids of deliveries waiting on a webhook's open circuit, released when it closes */
@@ -172,6 +174,8 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
     replayPlan: (userId: string, id: string) => `${u(userId)}:replay:${id}:plan`,
     /** set: delivery ids of a bulk replay that settled as `outcome`; expires with it */
     replayOutcome: (userId: string, id: string, outcome: "delivered" | "failed") => `${u(userId)}:replay:${id}:${outcome}`,
+    /** zset: the user's bulk replays still queueing (replay ids by creation time, ms), taken oldest first at each of the user's turns */
+    userReplaysQueueing: (userId: string) => `${u(userId)}:replays-queueing`,
     /** string: the id of the replay of these selectors still queueing (identical requests find it) */
     replayRunning: (userId: string, webhookId: string, identity: string) =>
       `${u(userId)}:replay-running:${webhookId}:${encodeURIComponent(identity)}`,
@@ -192,8 +196,10 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
     circuitChanges: () => `${g}:circuits:changed`,
     /** string: the scheduler role's leadership lock */
     schedulerLock: () => `${g}:timers:lock`,
-    /** zset: "<user id> <replay id>" of bulk replays still queueing, by creation time (ms) */
+    /** zset: "<user id> <replay id>" of bulk replays still queueing, by creation time (ms): the previous version's registry, moved into the next two by the driver */
     replaysQueueing: () => `${g}:replays`,
+    /** zset: user ids with bulk replays still queueing, by the time of their last turn at the replay rate (ms): least recently served first */
+    replayTurns: () => `${g}:replays:turns`,
     /** string: the lock of the one process that drives bulk replays */
     replayLease: () => `${g}:replays:lease`,
     /**

@@ -12,6 +12,8 @@ export const REPLAY_TTL_MS = 24 * 3600 * 1000;
 
 /** Plan entries written per command. */
 const PLAN_WRITE_CHUNK = 1000;
+/** Replays of the previous version's registry moved into the per-user sets per look. */
+const LEGACY_MOVE = 100;
 
 /** A bulk replay as stored (SPEC §12). */
 export interface ReplayState {
@@ -44,7 +46,8 @@ export interface ReplayRef {
  * Bulk replays: each one's record (a hash), its plan (the list of matched delivery ids, written
  * before the replay is acknowledged, so a daemon restarted mid-replay goes on from its cursor),
  * the sets of its deliveries that settled (delivered or failed, written by the attempt log as they
- * settle), the registry of replays still queueing and the lease of the process that drives them.
+ * settle), the replays still queueing (a set per user, and the users in the order of their turns
+ * at the replay rate) and the lease of the process that drives them.
  */
 export class ReplayStore {
   private readonly create: ScriptCall;
@@ -112,7 +115,7 @@ export class ReplayStore {
     );
     // Registered after the record (cross-slot): an identical request registers the running one
     // again, so a crash between the two steps is repaired by the client's retry.
-    await redis.zadd(keys.replaysQueueing(), "NX", nowMs, `${userId} ${standing}`);
+    await this.register({ userId, id: standing }, nowMs);
     if (standing === id) return { id, matched: plan.length };
     const running = await this.get(userId, standing);
     return { id: standing, matched: running?.matched ?? 0 };
@@ -177,20 +180,59 @@ export class ReplayStore {
     return next >= 0;
   }
 
-  /** The oldest replays still queueing, up to `count`. */
-  async queueing(count: number): Promise<ReplayRef[]> {
-    const members = await this.ctx.redis.zrange(this.ctx.keys.replaysQueueing(), 0, count - 1);
-    const out: ReplayRef[] = [];
-    for (const m of members) {
-      const [userId, id] = m.split(" ");
-      if (userId && id) out.push({ userId, id });
-    }
-    return out;
+  /**
+   * Registers a replay for the driver: in its user's set of replays still queueing, then the user
+   * in the turns (in that order: `retire` relies on it). A user already waiting keeps its place.
+   */
+  private async register(ref: ReplayRef, atMs: number): Promise<void> {
+    const { redis, keys } = this.ctx;
+    await redis.zadd(keys.userReplaysQueueing(ref.userId), "NX", atMs, ref.id);
+    await redis.zadd(keys.replayTurns(), "NX", atMs, ref.userId);
   }
 
-  /** Takes a replay out of the registry (queued to its end, or expired). */
+  /**
+   * Up to `count` users with replays still queueing, the least recently served first (a user's
+   * turn ends with `served`). Replays registered by the previous version (one registry of every
+   * user's replays, first come first served) are moved in first.
+   */
+  async turns(count: number): Promise<string[]> {
+    const { redis, keys } = this.ctx;
+    const legacy = await redis.zrange(keys.replaysQueueing(), 0, LEGACY_MOVE - 1, "WITHSCORES");
+    for (let i = 0; i + 1 < legacy.length; i += 2) {
+      const [userId, id] = String(legacy[i]).split(" ");
+      if (userId && id) await this.register({ userId, id }, Number(legacy[i + 1]));
+      await redis.zrem(keys.replaysQueueing(), String(legacy[i]));
+    }
+    return redis.zrange(keys.replayTurns(), 0, count - 1);
+  }
+
+  /** The user's oldest replays still queueing, up to `count`. */
+  async queueingOf(userId: string, count: number): Promise<ReplayRef[]> {
+    const ids = await this.ctx.redis.zrange(this.ctx.keys.userReplaysQueueing(userId), 0, count - 1);
+    return ids.map((id) => ({ userId, id }));
+  }
+
+  /** Ends a user's turn: it goes behind every user still waiting for one (if it has replays left). */
+  async served(userId: string, atMs: number): Promise<void> {
+    await this.ctx.redis.zadd(this.ctx.keys.replayTurns(), "XX", atMs, userId);
+  }
+
+  /** Takes a replay out of its user's set (queued to its end, or expired); the user's last one takes the user out of the turns. */
   async done(ref: ReplayRef): Promise<void> {
-    await this.ctx.redis.zrem(this.ctx.keys.replaysQueueing(), `${ref.userId} ${ref.id}`);
+    const { redis, keys } = this.ctx;
+    await redis.zrem(keys.userReplaysQueueing(ref.userId), ref.id);
+    if ((await redis.zcard(keys.userReplaysQueueing(ref.userId))) === 0) await this.retire(ref.userId);
+  }
+
+  /**
+   * Takes a user without replays left out of the turns. The user's set and the turns sit in two
+   * slots, so this cannot be one step: the user is taken out first and put back if a replay was
+   * registered meanwhile (registration writes the set before the turns), so none is left unseen.
+   */
+  async retire(userId: string): Promise<void> {
+    const { redis, keys } = this.ctx;
+    await redis.zrem(keys.replayTurns(), userId);
+    if ((await redis.zcard(keys.userReplaysQueueing(userId))) > 0) await redis.zadd(keys.replayTurns(), "NX", this.ctx.now(), userId);
   }
 
   /** Takes the driver lease for `ttlMs` if nobody holds it, or extends it if `owner` does. */

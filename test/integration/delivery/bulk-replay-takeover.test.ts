@@ -128,7 +128,8 @@ describe("bulk replay driver whose lease expires while it still runs", () => {
 
       const state = await replays.get(USER, r.id);
       expect(state).toMatchObject({ matched: N, cursor: N, queued: N, skipped: 0 });
-      expect(await replays.queueing(10)).toEqual([]);
+      expect(await replays.queueingOf(USER, 10)).toEqual([]);
+      expect(await replays.turns(10)).toEqual([]);
       const jobs = await queue.getJobs(["prioritized", "waiting", "delayed"]);
       expect(jobs.map((j) => j.id).sort()).toEqual(list.map((d) => `${d.id}-r1`).sort());
       for (const d of list) expect((await log.get(USER, d.id))?.replays, d.id).toBe(1);
