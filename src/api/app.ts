@@ -21,6 +21,7 @@ import { RouteGroups, type RouteRegistrar } from "./route-groups.js";
 import { adminRoutes } from "./routes/admin.js";
 import { componentRoutes } from "./routes/components.js";
 import { docsRoutes, OPENAPI_PATH } from "./routes/docs.js";
+import { homeRoutes } from "./routes/home.js";
 import { sourceRoutes } from "./routes/sources.js";
 import { subscriptionRoutes } from "./routes/subscriptions.js";
 import { userRoutes } from "./routes/users.js";
@@ -165,6 +166,7 @@ export function createApp(deps: ApiDeps): Koa {
   }
   // The API document and its reference page need no key (SPEC §10).
   docsRoutes(ops, { document: buildOpenApiDocument({ version: deps.version ?? "0.0.0" }) });
+  homeRoutes(ops, { version: deps.version ?? "0.0.0" });
   const opsRoutes = ops.routes() as unknown as Middleware;
   const opsAllowed = allowedMethods(ops) as unknown as Middleware;
 
