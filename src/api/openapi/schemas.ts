@@ -165,6 +165,17 @@ export const Webhook = named(
       })
       .optional()
       .meta({ description: "The circuit breaker (CIRCUIT_FAILURE_THRESHOLD, CIRCUIT_COOLDOWN); absent in lists" }),
+    filtered: z
+      .object({
+        count: z.number().int().min(0).meta({ description: "Events its subscriptions' filters kept from this webhook, in all" }),
+        last_event_id: z.string().nullable().meta({ description: "The latest such event; null when none" }),
+        last_at: epochSeconds.nullable().meta({ description: "When fan-out met it; null when none" }),
+      })
+      .optional()
+      .meta({
+        description:
+          "Why an event did not arrive: a subscription filter refused it (no delivery is made, so none shows in the attempt log); only in GET /webhooks/{id}",
+      }),
   }),
 );
 

@@ -17,7 +17,8 @@ export function webhookRoutes(router: RouteRegistrar, webhooks: WebhookService):
   router.get("/webhooks", list);
   router.get("/webhooks/:id", async (ctx) => {
     const w = await webhooks.get(userIdOf(ctx), ctx.params.id);
-    sendData(ctx, webhookView(w, true, await webhooks.circuit(w.user_id, w.id)));
+    const [circuit, filtered] = await Promise.all([webhooks.circuit(w.user_id, w.id), webhooks.filtered(w.user_id, w.id)]);
+    sendData(ctx, webhookView(w, true, circuit, filtered));
   });
   router.put("/webhooks/:id", async (ctx) => {
     const w = await webhooks.update(userIdOf(ctx), ctx.params.id, params(ctx));
