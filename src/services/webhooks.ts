@@ -16,14 +16,15 @@ export const CLOSED_CIRCUIT: CircuitView = Object.freeze(circuitView(CLOSED, 0))
 
 /**
  * The API shape of a webhook; the list omits user_id and the signing secret. `circuit` is shown
- * by the single-webhook answers (GET, POST, PUT), not by the list; `filtered` by GET alone.
+ * by the single-webhook answers (GET, POST, PUT), not by the list; `filtered` by GET alone, once a
+ * filter has kept an event from the webhook.
  */
 /** What the listener's subscription filters kept from it: how many events, and the latest (SPEC §12 filters). */
 export interface FilteredView {
   readonly count: number;
-  readonly last_event_id: string | null;
+  readonly last_event_id: string;
   /** Seconds since the epoch, as the API's other times. */
-  readonly last_at: number | null;
+  readonly last_at: number;
 }
 
 export function webhookView(w: WebhookRecord, detail: boolean, circuit?: CircuitView, filtered?: FilteredView) {
@@ -132,12 +133,10 @@ export class WebhookService {
     return circuits ? circuitView(await circuits.read(userId, webhookId), now()) : CLOSED_CIRCUIT;
   }
 
-  /** The events the webhook's subscription filters kept from it (counted by fan-out). */
-  async filtered(userId: string, webhookId: string): Promise<FilteredView> {
+  /** The events the webhook's subscription filters kept from it (counted by fan-out); undefined while none was. */
+  async filtered(userId: string, webhookId: string): Promise<FilteredView | undefined> {
     const f = await this.subscriptions.filteredOf(userId, webhookId);
-    return f
-      ? { count: f.count, last_event_id: f.lastEventId, last_at: Math.floor(f.lastAtMs / 1000) }
-      : { count: 0, last_event_id: null, last_at: null };
+    return f && { count: f.count, last_event_id: f.lastEventId, last_at: Math.floor(f.lastAtMs / 1000) };
   }
 
   list(userId: string, page: PageRequest): Promise<Page<WebhookRecord>> {

@@ -168,13 +168,13 @@ export const Webhook = named(
     filtered: z
       .object({
         count: z.number().int().min(0).meta({ description: "Events its subscriptions' filters kept from this webhook, in all" }),
-        last_event_id: z.string().nullable().meta({ description: "The latest such event; null when none" }),
-        last_at: epochSeconds.nullable().meta({ description: "When fan-out met it; null when none" }),
+        last_event_id: z.string().meta({ description: "The latest such event" }),
+        last_at: epochSeconds.meta({ description: "When fan-out met it" }),
       })
       .optional()
       .meta({
         description:
-          "Why an event did not arrive: a subscription filter refused it (no delivery is made, so none shows in the attempt log); only in GET /webhooks/{id}",
+          "Why an event did not arrive: a subscription filter refused it (no delivery is made, so none shows in the attempt log); only in GET /webhooks/{id}, and absent until a filter has refused an event",
       }),
   }),
 );
