@@ -11,5 +11,7 @@ export default defineConfig({
     hookTimeout: 30_000,
     fileParallelism: true,
     maxWorkers: 2,
+    // vitest's own output (and its closing summary) plus a files-done count when not on a terminal.
+    reporters: ["default", "./test/helpers/progress-reporter.ts"],
   },
 });

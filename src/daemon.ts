@@ -7,6 +7,7 @@ import { createDeliveryFeature } from "./app/delivery-feature.js";
 import { createOpsFeature } from "./app/ops-feature.js";
 import { processReadiness } from "./app/readiness.js";
 import { Shutdown } from "./app/shutdown.js";
+import { welcomeLine } from "./app/welcome.js";
 import type { Config } from "./config/schema.js";
 import type { Logger } from "./observability/logger.js";
 import { QueueMonitor } from "./observability/queue-monitor.js";
@@ -70,7 +71,10 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     core.metrics.observeReadiness(ready);
     const api = roles.has("api") ? createApiFeature(core, conns, shutdown, ready) : undefined;
     const port = (await api?.start()) ?? config.port;
-    if (api) logger.info({ port, host: config.host, roles: [...roles] }, "tributary listening");
+    if (api) {
+      const { url, msg } = welcomeLine(config, port);
+      logger.info({ port, host: config.host, url, roles: [...roles] }, msg);
+    }
     // Probes and scrapes of processes without the api role (OPS_PORT); after the roles started.
     const opsPort = config.opsPort === undefined ? undefined : await createOpsFeature(core, shutdown, ready).start(config.opsPort);
     return { server: api?.server(), port, opsPort, users: core.stores.users, routes: api?.routes() ?? [], close: () => shutdown.run() };

@@ -1,6 +1,6 @@
 import path from "node:path";
 import pRetry from "p-retry";
-import { openCluster, openRedis, redisTarget } from "./app/redis-client.js";
+import { describeTarget, openCluster, openRedis, redisTarget } from "./app/redis-client.js";
 import { ConfigError, loadConfig } from "./config/load.js";
 import type { Config } from "./config/schema.js";
 import { type Daemon, startDaemon } from "./daemon.js";
@@ -11,6 +11,8 @@ import { clusterState, isClusterNode } from "./store/server-info.js";
 
 /** How long the first contact with Redis may take per attempt (connect, PING, INFO). */
 const PROBE_DEADLINE_MS = 3000;
+/** Retries of that first contact (with backoff up to 4 s: about 20 s in all) before the start fails. */
+const PROBE_RETRIES = 8;
 
 /** An embedded redis-server that goes down more often than this is given up on (the daemon exits 1). */
 const EMBEDDED_REDIS_RESTARTS = { maxRestarts: 5, windowMs: 60_000 } as const;
@@ -30,7 +32,7 @@ async function main(): Promise<void> {
     }
     throw err;
   }
-  const logger = createLogger(config.logLevel);
+  const logger = createLogger(config.logLevel, {}, config.logFormat);
 
   let embedded: EmbeddedRedis | undefined;
   let redisUrl = config.redisUrl;
@@ -76,6 +78,7 @@ async function main(): Promise<void> {
   // Redis may still be starting (compose, restarts): retry the first contact before giving up.
   // Opened like every other connection (app/redis-client.ts): a Sentinel group is asked for its master.
   const target = redisTarget(config, redisUrl);
+  const address = describeTarget(target);
   let clusterNode = false;
   await pRetry(
     async () => {
@@ -90,6 +93,12 @@ async function main(): Promise<void> {
               retryStrategy: () => null,
               sentinelRetryStrategy: () => null,
             });
+      // The socket's own error ("connect ECONNREFUSED …") says more than the command's "Connection
+      // is closed."; and an error event without a listener is printed by ioredis with its stack.
+      let socketError: Error | undefined;
+      probe.on("error", (err: Error) => {
+        socketError = err;
+      });
       // A stalled server (stopped process, dropped packets) accepts the TCP connection and then
       // answers nothing: without a deadline the first contact, and so the start, would wait forever.
       let timer: NodeJS.Timeout | undefined;
@@ -111,19 +120,31 @@ async function main(): Promise<void> {
           })(),
           stalled,
         ]);
+      } catch (err) {
+        throw socketError && (err as Error).message === "Connection is closed." ? socketError : err;
       } finally {
         clearTimeout(timer);
         probe.disconnect();
       }
     },
     {
-      retries: 8,
+      retries: PROBE_RETRIES,
       minTimeout: 250,
       maxTimeout: 4000,
-      onFailedAttempt: ({ attemptNumber, error }) =>
-        logger.warn({ attemptNumber, err: error.message }, "redis not answering yet; retrying"),
+      onFailedAttempt: ({ attemptNumber, retriesLeft, error }) => {
+        if (retriesLeft > 0)
+          logger.warn(
+            { attemptNumber, redis: address, err: error.message },
+            `redis at ${address} is not answering (${error.message}); attempt ${attemptNumber} of ${PROBE_RETRIES + 1}, retrying`,
+          );
+      },
     },
-  );
+  ).catch((err: Error) => {
+    process.stderr.write(
+      `tributary: redis at ${address} did not answer after ${PROBE_RETRIES + 1} attempts (${err.message}): check REDIS_URL (or REDIS_SENTINELS, REDIS_CLUSTER_NODES) and that Redis runs\n`,
+    );
+    process.exit(1);
+  });
 
   if (clusterNode) {
     process.stderr.write(

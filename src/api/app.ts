@@ -21,6 +21,7 @@ import { RouteGroups, type RouteRegistrar } from "./route-groups.js";
 import { adminRoutes } from "./routes/admin.js";
 import { componentRoutes } from "./routes/components.js";
 import { docsRoutes, OPENAPI_PATH } from "./routes/docs.js";
+import { homeRoutes } from "./routes/home.js";
 import { sourceRoutes } from "./routes/sources.js";
 import { subscriptionRoutes } from "./routes/subscriptions.js";
 import { userRoutes } from "./routes/users.js";
@@ -129,6 +130,18 @@ function isV1Path(path: string): boolean {
 }
 
 /**
+ * A request's debug line. An HTTP source endpoint's path is its secret token: the line names the
+ * route instead.
+ */
+function logRequest(logger: Logger, ctx: Koa.Context, startedMs: number): void {
+  const path = ctx.path.startsWith("/e/") ? "/e/{token}" : ctx.path;
+  logger.debug(
+    { method: ctx.method, path, status: ctx.status, ms: Math.round(performance.now() - startedMs) },
+    `${ctx.method} ${path} ${ctx.status}`,
+  );
+}
+
+/**
  * Builds the Koa application. Nothing listens here: `main.ts` calls `app.listen`, tests call
  * `app.callback()`.
  */
@@ -136,6 +149,8 @@ export function createApp(deps: ApiDeps): Koa {
   const app = new Koa({ proxy: true });
   app.silent = true;
   const record = requestRecorder(deps.metrics);
+  // Read once: the per-request line costs nothing unless the process logs at debug.
+  const logRequests = deps.logger.isLevelEnabled("debug");
   const answers = errorAnswers(deps.logger);
   const acknowledge = deps.acknowledgeWrites;
 
@@ -151,6 +166,7 @@ export function createApp(deps: ApiDeps): Koa {
   }
   // The API document and its reference page need no key (SPEC §10).
   docsRoutes(ops, { document: buildOpenApiDocument({ version: deps.version ?? "0.0.0" }) });
+  homeRoutes(ops, { version: deps.version ?? "0.0.0" });
   const opsRoutes = ops.routes() as unknown as Middleware;
   const opsAllowed = allowedMethods(ops) as unknown as Middleware;
 
@@ -226,6 +242,7 @@ export function createApp(deps: ApiDeps): Koa {
       answers.failed(ctx, err);
     } finally {
       record(ctx, started);
+      if (logRequests) logRequest(deps.logger, ctx, started);
     }
   });
   routeTables.set(app, [

@@ -2,7 +2,7 @@ import type { Cluster, Redis, RedisOptions } from "ioredis";
 import type { Logger } from "../observability/logger.js";
 import type { RedisClient } from "../store/context.js";
 import { knownClusterNodes } from "../store/server-info.js";
-import { openClient, openClusterNode, type RedisTarget } from "./redis-client.js";
+import { describeTarget, openClient, openClusterNode, type RedisTarget } from "./redis-client.js";
 
 /**
  * The Redis connections of a process, each named. Request-path connections fail fast while Redis
@@ -71,13 +71,14 @@ export function createConnections(target: RedisTarget | string, opts: Connection
   const failFast = { maxRetriesPerRequest: 2, commandTimeout: opts.commandTimeoutMs, enableReadyCheck: true } as const;
   const patient = { maxRetriesPerRequest: null, enableReadyCheck: true } as const;
   const opened = new Set<RedisClient>();
+  const address = describeTarget(to);
   const watch = <C extends RedisClient>(name: string, c: C): C => {
     let lastLog = 0;
     c.on("error", (err: Error) => {
       const now = Date.now();
       if (now - lastLog < ERROR_LOG_EVERY_MS) return;
       lastLog = now;
-      opts.logger.warn({ connection: name, err: err.message }, "redis connection error");
+      opts.logger.warn({ connection: name, redis: address, err: err.message }, `redis connection error (${address}): ${err.message}`);
     });
     opened.add(c);
     return c;

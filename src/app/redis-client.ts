@@ -49,6 +49,25 @@ export function redisTarget(config: Pick<Config, "redisHa">, url: string | undef
   }
 }
 
+/** Where `target` is, for a person reading a log line: addresses and names, never a password. */
+export function describeTarget(target: RedisTarget): string {
+  const list = (nodes: readonly HostPort[]) => nodes.map((n) => `${n.host}:${n.port}`).join(", ");
+  switch (target.kind) {
+    case "sentinel":
+      return `the Sentinels ${list(target.sentinels)} (master group ${target.name})`;
+    case "cluster":
+      return `the Redis Cluster nodes ${list(target.nodes)}`;
+    default: {
+      try {
+        const u = new URL(target.url);
+        return `${u.protocol === "rediss:" ? "rediss://" : ""}${u.hostname}:${u.port || "6379"}`;
+      } catch {
+        return "REDIS_URL (not a URL)";
+      }
+    }
+  }
+}
+
 /** The request-path command deadline: REDIS_COMMAND_TIMEOUT_MS, never past REDIS_FAILOVER_TIMEOUT_MS. */
 export function requestCommandTimeoutMs(config: Pick<Config, "redisCommandTimeoutMs" | "redisHa">): number {
   return Math.min(config.redisCommandTimeoutMs, config.redisHa.failoverTimeoutMs);

@@ -8,13 +8,15 @@ import { redisTarget, requestCommandTimeoutMs } from "../app/redis-client.js";
 import { Shutdown } from "../app/shutdown.js";
 import { ConfigError, loadConfig } from "../config/load.js";
 import { AppError } from "../domain/errors.js";
-import { projectRoot } from "../paths.js";
+import { packageVersion, projectRoot } from "../paths.js";
 import { embeddedUrlFile } from "../redis/embedded.js";
 import { parseNewUser } from "../services/users.js";
 import { formatPlacement, migrate, shardPlacement } from "./layout-commands.js";
 import { checkReadiness, defaultHealthUrl, HEALTHCHECK_TIMEOUT_MS } from "./healthcheck.js";
 
-const USAGE = `usage: tributary <command>
+const CREATE_USAGE = "tributary users create --username NAME --email EMAIL [--plan free|paid]";
+
+const USAGE = `usage: tributary <command>   (tributary --version prints the version)
   users create --username NAME --email EMAIL [--plan free|paid]   prints the new user and its API key
   users list                                                      lists users
   users rotate-key USER_ID                                        issues a new key; the old one stops working
@@ -62,14 +64,30 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
       plan: { type: "string" },
       url: { type: "string" },
       help: { type: "boolean", short: "h" },
+      version: { type: "boolean", short: "v" },
     },
   });
   const [group, command, arg] = positionals;
-  if (group === "healthcheck" && !values.help) return healthcheck(values.url, env, io);
-  const layoutCommand = group === "migrate" || (group === "cluster" && command === "shards");
-  if (values.help || ((group !== "users" || !command) && !layoutCommand)) {
+  if (values.version) {
+    io.stdout(`tributary ${packageVersion()}\n`);
+    return 0;
+  }
+  if (values.help || group === undefined) {
     io.stdout(`${USAGE}\n`);
     return values.help ? 0 : 2;
+  }
+  const unknown = unknownCommand(group, command);
+  if (unknown) {
+    io.stderr(`tributary: ${unknown}\n${USAGE}\n`);
+    return 2;
+  }
+  if (group === "healthcheck") return healthcheck(values.url, env, io);
+  if (group === "users" && command === "create") {
+    const missing = (["username", "email"] as const).filter((o) => values[o] === undefined).map((o) => `--${o}`);
+    if (missing.length > 0) {
+      io.stderr(`tributary users create: ${missing.join(" and ")} ${missing.length > 1 ? "are" : "is"} missing (usage: ${CREATE_USAGE})\n`);
+      return 2;
+    }
   }
   const config = loadConfig(env);
   const shape = config.redisHa.shape.kind;
@@ -122,12 +140,30 @@ async function run(argv: string[], env: NodeJS.ProcessEnv, io: CliIo, opts: CliO
         return 0;
       }
       default:
-        io.stdout(`${USAGE}\n`);
-        return 2;
+        // unknownCommand() let no other command through.
+        throw new Error(`unhandled command users ${command}`);
     }
   } finally {
     await shutdown.run();
   }
+}
+
+/** The commands by group; a group of one command has none below it. */
+const COMMANDS: Readonly<Record<string, readonly string[]>> = {
+  users: ["create", "list", "rotate-key", "delete"],
+  migrate: [],
+  cluster: ["shards"],
+  healthcheck: [],
+};
+
+/** What is wrong with `group command` as a command line, naming it; undefined when it is a command. */
+export function unknownCommand(group: string, command: string | undefined): string | undefined {
+  const below = COMMANDS[group];
+  if (below === undefined) return `unknown command "${group}" (commands: ${Object.keys(COMMANDS).join(", ")})`;
+  if (below.length === 0) return undefined;
+  if (command === undefined) return `"${group}" needs a command: ${below.join(", ")}`;
+  if (!below.includes(command)) return `unknown command "${group} ${command}" (${group} commands: ${below.join(", ")})`;
+  return undefined;
 }
 
 /**

@@ -82,6 +82,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     componentFetchTimeoutMs: e.COMPONENT_FETCH_TIMEOUT_MS,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     logLevel: e.LOG_LEVEL,
+    logFormat: e.LOG_FORMAT,
     version,
   });
 }

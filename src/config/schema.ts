@@ -240,6 +240,8 @@ export const envSchema = z.object({
       message: "accepts fatal, error, warn, info, debug, trace or silent",
     })
     .default("info"),
+  /** json: one JSON object a line (for collectors); pretty: pino-pretty's coloured lines for a terminal. */
+  LOG_FORMAT: z.enum(["json", "pretty"], { message: "accepts json or pretty" }).default("json"),
 });
 
 export type Env = z.infer<typeof envSchema>;
@@ -314,5 +316,6 @@ export interface Config {
   readonly componentFetchTimeoutMs: number;
   readonly shutdownTimeoutMs: number;
   readonly logLevel: Env["LOG_LEVEL"];
+  readonly logFormat: Env["LOG_FORMAT"];
   readonly version: string;
 }

@@ -99,10 +99,13 @@ const CIRCUIT_WAIT_SPREAD_MS = 1000;
 export class Attempter {
   private readonly now: () => number;
   private readonly random: () => number;
+  /** Read once: the per-attempt line costs nothing unless the process logs at debug. */
+  private readonly logOutcomes: boolean;
 
   constructor(private readonly d: AttempterDeps) {
     this.now = d.now ?? Date.now;
     this.random = d.random ?? Math.random;
+    this.logOutcomes = d.logger.isLevelEnabled("debug");
   }
 
   async attempt(job: DeliveryJob, run: RunCounts): Promise<Outcome | RateLimited | CircuitOpen | undefined> {
@@ -161,6 +164,7 @@ export class Attempter {
       circuit && this.recordCircuit(circuit, job, outcome),
     ]);
     await this.act(job, outcome, recorded);
+    if (this.logOutcomes) logOutcome(this.d.logger, job, result, outcome);
     return outcome;
   }
 
@@ -266,6 +270,23 @@ export class Attempter {
       }
     }
   }
+}
+
+/** An attempt's debug line: where it went and what came of it, in words. */
+function logOutcome(logger: Logger, job: DeliveryJob, result: SendResult, outcome: Outcome): void {
+  const answer = "statusCode" in result ? `HTTP ${result.statusCode}` : result.error;
+  const why = outcome.kind === "delivered" ? "" : `: ${outcome.reason}`;
+  logger.debug(
+    {
+      deliveryId: job.deliveryId,
+      listenerId: job.listenerId,
+      eventId: job.eventId,
+      outcome: outcome.kind,
+      statusCode: "statusCode" in result ? result.statusCode : null,
+      ms: Math.round(result.durationMs),
+    },
+    `delivery ${job.deliveryId} to ${job.listenerId}: ${outcome.kind} (${answer})${why}`,
+  );
 }
 
 /** A webhook's previous secret is read from the record at `nowMs`: its overlap ends without a write. */

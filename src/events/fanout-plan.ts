@@ -94,6 +94,8 @@ export interface FanoutPlan {
   readonly counts: Record<ListenerKind, number>;
   /** Deliveries and source runs left out by a filter, per listener kind (tributary_deliveries_total{outcome="filtered"}). */
   readonly filtered: Record<ListenerKind, number>;
+  /** The same, per listener: one for each (event, listener) a filter left out, in entry order. */
+  readonly filteredFor: { readonly userId: string; readonly listenerId: string; readonly eventId: string }[];
 }
 
 /** `redo` for entries taken over from another consumer (or read again): their deliveries may be done already. */
@@ -115,6 +117,7 @@ export function planFanout(
   const sourceRuns: { id: string; data: SourceRunJob }[] = [];
   const counts = { webhook: 0, workflow: 0, source: 0 };
   const filtered = { webhook: 0, workflow: 0, source: 0 };
+  const filteredFor: { userId: string; listenerId: string; eventId: string }[] = [];
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i] as OutboxEntry;
     let payload: unknown;
@@ -128,6 +131,7 @@ export function planFanout(
         }
         if (!accepts(payload)) {
           filtered[kind]++;
+          filteredFor.push({ userId: e.userId, listenerId, eventId: e.eventId });
           continue;
         }
       }
@@ -156,5 +160,5 @@ export function planFanout(
       }
     }
   }
-  return { deliveries, entryOf, sourceRuns, counts, filtered };
+  return { deliveries, entryOf, sourceRuns, counts, filtered, filteredFor };
 }

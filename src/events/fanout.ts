@@ -10,7 +10,7 @@ import { RetryLog } from "../observability/retry-log.js";
 import type { Keys } from "../store/keys.js";
 import type { AckToken } from "../store/replica-ack.js";
 import { FANOUT_GROUP, OutboxStream, type ReadGroup, type StreamEntries } from "../store/outbox-stream.js";
-import type { SubscriptionStore } from "../store/subscriptions.js";
+import type { FilteredCount, SubscriptionStore } from "../store/subscriptions.js";
 import { type FanoutOrigin, type FanoutPlan, matchedListeners, planFanout, planLookups } from "./fanout-plan.js";
 import { type OutboxEntry, parseOutboxEntry } from "./outbox.js";
 
@@ -281,8 +281,33 @@ export class FanoutWorker {
     for (const [kind, n] of Object.entries(plan.counts)) if (n > 0) this.d.metrics.fanoutJobs.inc({ listener_kind: kind }, n);
     for (const [kind, n] of Object.entries(plan.filtered))
       if (n > 0) this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "filtered" }, n);
+    if (plan.filteredFor.length > 0) this.countFiltered(plan.filteredFor);
     const held = await this.dispatch(plan, origin, token);
     return held.size === 0 ? ids : ids.filter((id) => !held.has(id));
+  }
+
+  /**
+   * Adds the batch's filtered events to their listeners' counts (GET /v1/webhooks/{id} shows them):
+   * one count per listener and batch. Not awaited: a count is bookkeeping for people, never part
+   * of an entry's hand-over, and one lost to a Redis error is only logged.
+   */
+  private countFiltered(filteredFor: FanoutPlan["filteredFor"]): void {
+    const byListener = new Map<string, FilteredCount>();
+    const atMs = Date.now();
+    for (const f of filteredFor) {
+      const key = `${f.userId}\n${f.listenerId}`;
+      const known = byListener.get(key);
+      byListener.set(key, {
+        userId: f.userId,
+        listenerId: f.listenerId,
+        count: (known?.count ?? 0) + 1,
+        lastEventId: f.eventId,
+        lastAtMs: atMs,
+      });
+    }
+    this.d.subscriptions
+      .recordFiltered([...byListener.values()])
+      .catch((err) => this.d.logger.warn({ err }, "fan-out: could not count the events a subscription filter kept from a listener"));
   }
 
   /**

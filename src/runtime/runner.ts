@@ -213,5 +213,9 @@ export class SourceRunner {
       original_context: { id: newId("emit_", this.d.randomBytes), ts: new Date(this.d.now()).toISOString(), emitter_id: source.id },
     };
     await this.d.ingest.recordFor(source.user_id, source.id, "source", [{ event, name: "$errors", meta: {} }], hops);
+    this.d.logger.debug(
+      { userId: source.user_id, sourceId: source.id, code: error.code },
+      `source ${source.id}: the run failed (${error.code}: ${error.msg.slice(0, 200)}); recorded on its $errors channel`,
+    );
   }
 }

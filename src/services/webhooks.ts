@@ -16,9 +16,18 @@ export const CLOSED_CIRCUIT: CircuitView = Object.freeze(circuitView(CLOSED, 0))
 
 /**
  * The API shape of a webhook; the list omits user_id and the signing secret. `circuit` is shown
- * by the single-webhook answers (GET, POST, PUT), not by the list.
+ * by the single-webhook answers (GET, POST, PUT), not by the list; `filtered` by GET alone, once a
+ * filter has kept an event from the webhook.
  */
-export function webhookView(w: WebhookRecord, detail: boolean, circuit?: CircuitView) {
+/** What the listener's subscription filters kept from it: how many events, and the latest (SPEC §12 filters). */
+export interface FilteredView {
+  readonly count: number;
+  readonly last_event_id: string;
+  /** Seconds since the epoch, as the API's other times. */
+  readonly last_at: number;
+}
+
+export function webhookView(w: WebhookRecord, detail: boolean, circuit?: CircuitView, filtered?: FilteredView) {
   return {
     id: w.id,
     ...(detail ? { user_id: w.user_id } : {}),
@@ -34,6 +43,7 @@ export function webhookView(w: WebhookRecord, detail: boolean, circuit?: Circuit
     retry_schedule: w.retry_schedule ?? null,
     rate_limit_per_second: w.rate_limit_per_second ?? null,
     ...(circuit ? { circuit } : {}),
+    ...(filtered ? { filtered } : {}),
   };
 }
 
@@ -121,6 +131,12 @@ export class WebhookService {
   async circuit(userId: string, webhookId: string): Promise<CircuitView> {
     const { circuits, now = Date.now } = this.opts;
     return circuits ? circuitView(await circuits.read(userId, webhookId), now()) : CLOSED_CIRCUIT;
+  }
+
+  /** The events the webhook's subscription filters kept from it (counted by fan-out); undefined while none was. */
+  async filtered(userId: string, webhookId: string): Promise<FilteredView | undefined> {
+    const f = await this.subscriptions.filteredOf(userId, webhookId);
+    return f && { count: f.count, last_event_id: f.lastEventId, last_at: Math.floor(f.lastAtMs / 1000) };
   }
 
   list(userId: string, page: PageRequest): Promise<Page<WebhookRecord>> {

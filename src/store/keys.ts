@@ -152,6 +152,8 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
     /** set: subscription ids whose emitter is `emitter` (an id or a glob) and channel is `channel` */
     subscriptionIndex: (userId: string, emitter: string, channel: string) =>
       `${u(userId)}:subs:idx:${emitter}:${encodeURIComponent(normalizeChannel(channel))}`,
+    /** hash: listener id -> events its subscriptions' filters kept from it; "<listener id>:last" -> "<event id> <ms>" of the latest */
+    listenerFiltered: (userId: string) => `${u(userId)}:subs:filtered`,
     /** hash: auto-subscription id -> JSON */
     autoSubscriptions: (userId: string) => `${u(userId)}:asubs`,
 

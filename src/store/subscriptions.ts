@@ -33,6 +33,16 @@ function readRecord(raw: string | null | undefined): SubscriptionRecord | undefi
   return record;
 }
 
+/** Events a listener's subscription filters kept from it (one fan-out batch's, or in all). */
+export interface FilteredCount {
+  readonly userId: string;
+  readonly listenerId: string;
+  readonly count: number;
+  /** The latest such event and when fan-out met it. */
+  readonly lastEventId: string;
+  readonly lastAtMs: number;
+}
+
 /**
  * Subscriptions of each user. Besides the records, a set per (emitter-or-glob, channel) indexes
  * them so fan-out never scans every subscription.
@@ -126,8 +136,31 @@ export class SubscriptionStore {
     return true;
   }
 
+  /**
+   * Adds a fan-out batch's filtered events to their listeners' counts: two commands per listener,
+   * sent with the tick's other commands (auto-pipelining); no read.
+   */
+  async recordFiltered(counts: readonly FilteredCount[]): Promise<void> {
+    const key = this.ctx.keys.listenerFiltered;
+    await Promise.all(
+      counts.flatMap((c) => [
+        this.ctx.redis.hincrby(key(c.userId), c.listenerId, c.count),
+        this.ctx.redis.hset(key(c.userId), `${c.listenerId}:last`, `${c.lastEventId} ${c.lastAtMs}`),
+      ]),
+    );
+  }
+
+  /** The events a listener's subscription filters kept from it; undefined when none was. */
+  async filteredOf(userId: string, listenerId: string): Promise<Omit<FilteredCount, "userId" | "listenerId"> | undefined> {
+    const [count, last] = await this.ctx.redis.hmget(this.ctx.keys.listenerFiltered(userId), listenerId, `${listenerId}:last`);
+    if (!count || !last) return undefined;
+    const space = last.indexOf(" ");
+    return { count: Number(count), lastEventId: last.slice(0, space), lastAtMs: Number(last.slice(space + 1)) };
+  }
+
   /** Removes every subscription that names `id` as emitter or listener (source, webhook or workflow deletion). */
   async deleteNaming(userId: string, id: string): Promise<number> {
+    await this.ctx.redis.hdel(this.ctx.keys.listenerFiltered(userId), id, `${id}:last`);
     const all = await this.list(userId);
     const doomed = all.filter((s) => s.emitter_id === id || s.listener_id === id);
     for (const s of doomed) await this.remove(userId, s);

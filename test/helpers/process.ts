@@ -102,12 +102,15 @@ export interface DaemonChild extends Child {
 /**
  * Spawns the daemon as an operator would run it (`node --no-node-snapshot --import tsx src/main.ts`)
  * with `env` on top of a minimal environment. Does not wait for readiness; see `waitForReady`.
+ * `processGroup`: the daemon leads a process group of its own (as a job started from a terminal).
  */
-export function spawnDaemon(name: string, env: Record<string, string>): DaemonChild {
+export function spawnDaemon(name: string, env: Record<string, string>, opts: { processGroup?: boolean } = {}): DaemonChild {
   const child = spawn(process.execPath, ["--no-node-snapshot", "--import", "tsx", "src/main.ts"], {
     cwd: PROJECT_ROOT,
     env: { ...baseEnv(), ...env },
     stdio: ["ignore", "pipe", "pipe"],
+    // A group of its own, as a terminal's foreground job: `process.kill(-pid, signal)` reaches it and its children.
+    detached: opts.processGroup === true,
   });
   const tracked = track(name, child);
   return { ...tracked, roles: env.ROLES ?? "api,worker,scheduler", url: `http://127.0.0.1:${env.PORT ?? "3000"}` };

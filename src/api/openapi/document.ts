@@ -151,6 +151,15 @@ function liveTail(summary: string, source: boolean, channel = true): Operation {
 
 const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> = {
   // Operational, unauthenticated.
+  "/": {
+    get: {
+      tag: "Operations",
+      summary: "A small page linking the API reference, the OpenAPI document and the health endpoints",
+      description: "Static HTML; its Content-Security-Policy allows nothing to load or run.",
+      auth: "none",
+      ok: { status: 200, description: "HTML page", type: "text/html" },
+    },
+  },
   "/healthz": {
     get: { tag: "Operations", summary: "Process is alive", auth: "none", ok: { status: 200, description: "Alive", schema: ref("Status") } },
   },
@@ -240,6 +249,13 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
     }),
   },
   "/v1/sources": {
+    get: v1({
+      tag: "Sources",
+      summary: "List the user's sources (the same list as GET /v1/users/me/sources)",
+      paged: true,
+      ok: { status: 200, description: "A page of sources (without user_id)", schema: page("Source") },
+      errors: [400],
+    }),
     post: v1({
       tag: "Sources",
       summary: "Create a source",
@@ -251,6 +267,12 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
     }),
   },
   "/v1/sources/{id}": {
+    get: v1({
+      tag: "Sources",
+      summary: "Get a source",
+      ok: { status: 200, description: "The source", schema: data(ref("Source")) },
+      errors: [404],
+    }),
     put: v1({
       tag: "Sources",
       summary: "Update a source",
@@ -474,6 +496,13 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
 
   // Webhooks.
   "/v1/webhooks": {
+    get: v1({
+      tag: "Webhooks",
+      summary: "List the user's webhooks (the same list as GET /v1/users/me/webhooks)",
+      paged: true,
+      ok: { status: 200, description: "A page of webhooks (without user_id and secret)", schema: page("Webhook") },
+      errors: [400],
+    }),
     post: v1({
       tag: "Webhooks",
       summary: "Create a webhook",

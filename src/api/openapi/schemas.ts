@@ -165,6 +165,17 @@ export const Webhook = named(
       })
       .optional()
       .meta({ description: "The circuit breaker (CIRCUIT_FAILURE_THRESHOLD, CIRCUIT_COOLDOWN); absent in lists" }),
+    filtered: z
+      .object({
+        count: z.number().int().min(0).meta({ description: "Events its subscriptions' filters kept from this webhook, in all" }),
+        last_event_id: z.string().meta({ description: "The latest such event" }),
+        last_at: epochSeconds.meta({ description: "When fan-out met it" }),
+      })
+      .optional()
+      .meta({
+        description:
+          "Why an event did not arrive: a subscription filter refused it (no delivery is made, so none shows in the attempt log); only in GET /webhooks/{id}, and absent until a filter has refused an event",
+      }),
   }),
 );
 

@@ -1,3 +1,4 @@
+import type { RouterMiddleware } from "@koa/router";
 import type { RouteRegistrar } from "../route-groups.js";
 import { CLOSED_CIRCUIT, rotationView, secretView, webhookView, type WebhookService } from "../../services/webhooks.js";
 import { userIdOf } from "../middleware/auth.js";
@@ -7,13 +8,17 @@ export function webhookRoutes(router: RouteRegistrar, webhooks: WebhookService):
   router.post("/webhooks", async (ctx) => {
     sendData(ctx, webhookView(await webhooks.create(userIdOf(ctx), params(ctx)), true, CLOSED_CIRCUIT));
   });
-  router.get("/users/me/webhooks", async (ctx) => {
+  const list: RouterMiddleware = async (ctx) => {
     const page = await webhooks.list(userIdOf(ctx), pageRequest(ctx));
     sendPage(ctx, { page_info: page.page_info, data: page.data.map((w) => webhookView(w, false)) });
-  });
+  };
+  router.get("/users/me/webhooks", list);
+  // The collection's own path lists it too: where a newcomer looks after POST /webhooks.
+  router.get("/webhooks", list);
   router.get("/webhooks/:id", async (ctx) => {
     const w = await webhooks.get(userIdOf(ctx), ctx.params.id);
-    sendData(ctx, webhookView(w, true, await webhooks.circuit(w.user_id, w.id)));
+    const [circuit, filtered] = await Promise.all([webhooks.circuit(w.user_id, w.id), webhooks.filtered(w.user_id, w.id)]);
+    sendData(ctx, webhookView(w, true, circuit, filtered));
   });
   router.put("/webhooks/:id", async (ctx) => {
     const w = await webhooks.update(userIdOf(ctx), ctx.params.id, params(ctx));

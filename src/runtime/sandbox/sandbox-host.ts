@@ -172,6 +172,12 @@ function receive(msg: HostMessage): void {
   }
 }
 
+// The daemon ends this process (a close message, its own exit, SIGKILL): a SIGINT or SIGTERM sent
+// to every process of a group or container (a supervisor's stop) is the daemon's to answer, and an
+// exit on it would end the runs in flight as crashes before the daemon's drain.
+process.on("SIGINT", () => {});
+process.on("SIGTERM", () => {});
+
 // The daemon went away: nothing here is owed to anyone.
 process.on("disconnect", () => {
   sandbox.close();

@@ -86,6 +86,9 @@ export class SandboxProcess {
   ) {
     const entry = hostEntry();
     this.child = fork(entry.file, [], {
+      // A process group of its own: a terminal's Ctrl-C (SIGINT to the foreground group) reaches the
+      // daemon, which closes its children, and not the children, whose exit would read as a crash.
+      detached: true,
       cwd: path.dirname(entry.file),
       execArgv: entry.execArgv,
       env: childEnv(config),

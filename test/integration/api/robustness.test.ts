@@ -65,7 +65,7 @@ const JSON_TYPE = { "content-type": "application/json" };
 describe("the error contract", () => {
   it("answers unknown routes with a 404 JSON error", async () => {
     const u = await td.createUser();
-    for (const path of ["/v1/no/such/route", "/nope", "/v2/users/me", "/v1/users/me/extra", "/v1", "/", "/v1/webhooks/wh_x/y/z"]) {
+    for (const path of ["/v1/no/such/route", "/nope", "/v2/users/me", "/v1/users/me/extra", "/v1", "/v1/webhooks/wh_x/y/z"]) {
       const res = await u.api.get(path);
       expectError(res, 404);
       expect(res.body.code).toBe("route_not_found");
@@ -75,7 +75,7 @@ describe("the error contract", () => {
   it.each([
     ["DELETE", "/v1/users/me", ["GET"]],
     ["POST", "/v1/users/me/sources", ["GET"]],
-    ["GET", "/v1/sources", ["POST"]],
+    ["PUT", "/v1/sources", ["GET", "POST"]],
     ["PATCH", "/v1/sources/dc_abcdefghijkl", ["PUT", "DELETE"]],
     ["GET", "/v1/subscriptions", ["POST", "DELETE"]],
     ["PUT", "/v1/components", ["POST"]],

@@ -265,9 +265,9 @@ describe("DELETE /sources/{id}", () => {
     expect(await listAll(other.api)).toEqual([]);
   });
 
-  it("answers 405 to GET on a single source path", async () => {
+  it("answers 405 to PATCH on a single source path (GET reads it: where-things-are.test.ts)", async () => {
     const u = await td.createUser();
     const s = await createSource(u.api, { component_code: HTTP_ESM });
-    expectError(await u.api.get(`/v1/sources/${s.id}`), 405);
+    expectError(await u.api.request("PATCH", `/v1/sources/${s.id}`, { json: {} }), 405);
   });
 });

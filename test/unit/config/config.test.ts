@@ -44,6 +44,7 @@ describe("loadConfig", () => {
     ["DELIVERY_RETRY_SCHEDULE", "5s,soon"],
     ["DELIVERY_TIMEOUT_MS", "-1"],
     ["LOG_LEVEL", "loud"],
+    ["LOG_FORMAT", "fancy"],
     ["REDIS_URL", "http://x"],
     ["ALLOW_PRIVATE_DESTINATIONS", "maybe"],
     ["CIRCUIT_FAILURE_THRESHOLD", "0"],

@@ -160,6 +160,7 @@ describe("planFanout", () => {
       sourceRuns: [],
       counts: { webhook: 0, workflow: 0, source: 0 },
       filtered: { webhook: 0, workflow: 0, source: 0 },
+      filteredFor: [],
     });
   });
 
@@ -183,6 +184,11 @@ describe("planFanout", () => {
     expect(plan.sourceRuns.map((r) => r.id)).toEqual([sourceRunIdFor(entry(2), "dc_big")]);
     expect(plan.counts).toEqual({ webhook: 1, workflow: 2, source: 1 });
     expect(plan.filtered).toEqual({ webhook: 1, workflow: 0, source: 1 });
+    // Per listener too, for the counts people read (GET /v1/webhooks/{id}).
+    expect(plan.filteredFor).toEqual([
+      { userId: "u_1", listenerId: "wh_big", eventId: "100-1" },
+      { userId: "u_1", listenerId: "dc_big", eventId: "100-1" },
+    ]);
   });
 
   it("matches a listener when any of its subscriptions does, unfiltered when one has no filter", () => {
