@@ -35,6 +35,8 @@ export interface ApiDeps {
   readonly logger: Logger;
   readonly metrics: Metrics;
   readonly adminToken: string | undefined;
+  /** PUBLIC_URL: the origin the queue dashboard is served under (its guard's same-origin check). */
+  readonly publicUrl?: string;
   readonly bodyLimitBytes: number;
   readonly users: UserService;
   /** Resolves API keys; default the user store (one Redis read per request). */
@@ -168,7 +170,7 @@ export function createApp(deps: ApiDeps): Koa {
   // The queue dashboard is for browsers: its guard also takes the token once as ?token= and then
   // a cookie (middleware/admin-session.ts); same 404/401 rules.
   const board = deps.queueBoard;
-  const guardBoard = requireAdminSession(deps.adminToken, QUEUE_BOARD_PATH);
+  const guardBoard = requireAdminSession(deps.adminToken, QUEUE_BOARD_PATH, deps.publicUrl);
   const adminGroup: Middleware = (ctx, next) => {
     if (!isUnderPrefix(ctx.path, "/admin")) return next();
     if (board && isUnderPrefix(ctx.path, QUEUE_BOARD_PATH)) {

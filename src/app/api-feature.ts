@@ -64,6 +64,7 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
     logger,
     metrics: core.metrics,
     adminToken: config.adminToken,
+    publicUrl: config.publicUrl,
     bodyLimitBytes: config.bodyLimitBytes,
     ...services,
     purgeUser: (userId: string) => services.userDeletion.delete(userId),
