@@ -96,7 +96,8 @@ export function requireAdminSession(adminToken: string | undefined, path: string
     }
     const cookie = ctx.cookies.get(ADMIN_SESSION_COOKIE);
     if (cookie !== undefined && sameSecret(cookie, sessionDigest)) {
-      const own = [originOf(ctx.origin), publicOrigin].filter((o): o is string => o !== undefined);
+      // The request's own origin as it reached the daemon (Koa's `ctx.origin` is the Origin header).
+      const own = [originOf(`${ctx.protocol}://${ctx.host}`), publicOrigin].filter((o): o is string => o !== undefined);
       const problem = sessionRequestProblem({ method: ctx.method, fetchSite: ctx.get("sec-fetch-site"), origin: ctx.get("origin") }, own);
       if (problem) throw new ForbiddenError(problem, "cross_origin_request");
       return next();
