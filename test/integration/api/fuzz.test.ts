@@ -284,7 +284,7 @@ const ROUTES: {
   {
     name: ENDPOINT_LISTENER,
     methods: ["GET", "POST", "PUT"],
-    path: (s, f, q) =>
+    path: (s) =>
       [`/e/${s[0]}/${s[1]}`, "/admin/queues", boardApiPath(s), "/admin/users", "/v1/users/me", "/docs", "/healthz", `/${s[0]}/${s[1]}`][
         (s[0]?.length ?? 0) % 8
       ] as string,
