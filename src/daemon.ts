@@ -21,6 +21,8 @@ export interface Daemon {
   readonly port: number;
   /** The ops listener's bound port; undefined without OPS_PORT. */
   readonly opsPort: number | undefined;
+  /** The source endpoints' own listener's bound port; undefined without ENDPOINT_PORT (or the api role). */
+  readonly endpointPort: number | undefined;
   readonly users: UserStore;
   /** The routes this process serves (empty without the api role). */
   readonly routes: readonly RouteEntry[];
@@ -77,7 +79,15 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     }
     // Probes and scrapes of processes without the api role (OPS_PORT); after the roles started.
     const opsPort = config.opsPort === undefined ? undefined : await createOpsFeature(core, shutdown, ready).start(config.opsPort);
-    return { server: api?.server(), port, opsPort, users: core.stores.users, routes: api?.routes() ?? [], close: () => shutdown.run() };
+    return {
+      server: api?.server(),
+      port,
+      opsPort,
+      endpointPort: api?.endpointPort(),
+      users: core.stores.users,
+      routes: api?.routes() ?? [],
+      close: () => shutdown.run(),
+    };
   } catch (err) {
     await shutdown.run();
     throw err;

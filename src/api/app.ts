@@ -1,5 +1,6 @@
 import { Router } from "@koa/router";
 import Koa, { type Middleware } from "koa";
+import { ENDPOINT_ANSWER_HEADERS } from "../domain/custom-response.js";
 import { isUnderPrefix } from "../domain/path-prefix.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
@@ -36,6 +37,8 @@ export interface ApiDeps {
   readonly logger: Logger;
   readonly metrics: Metrics;
   readonly adminToken: string | undefined;
+  /** PUBLIC_URL: the origin the queue dashboard is served under (its guard's same-origin check). */
+  readonly publicUrl?: string;
   readonly bodyLimitBytes: number;
   readonly users: UserService;
   /** Resolves API keys; default the user store (one Redis read per request). */
@@ -142,17 +145,60 @@ function logRequest(logger: Logger, ctx: Koa.Context, startedMs: number): void {
 }
 
 /**
+ * The one Koa layer every app has: metrics around the error answers around (write acknowledgement
+ * and) routing, in that order, in one async function (the two used to be an async layer each: two
+ * promises more).
+ */
+function outermost(deps: Pick<ApiDeps, "logger" | "metrics" | "acknowledgeWrites">, route: Middleware): Middleware {
+  const record = requestRecorder(deps.metrics);
+  const answers = errorAnswers(deps.logger);
+  const acknowledge = deps.acknowledgeWrites;
+  // Read once: the per-request line costs nothing unless the process logs at debug.
+  const logRequests = deps.logger.isLevelEnabled("debug");
+  const inner: Middleware = acknowledge ? (ctx, next) => acknowledge(ctx, () => route(ctx, next)) : route;
+  return async (ctx, next) => {
+    const started = performance.now();
+    try {
+      await inner(ctx, next);
+      answers.unanswered(ctx);
+    } catch (err) {
+      answers.failed(ctx, err);
+    } finally {
+      record(ctx, started);
+      if (logRequests) logRequest(deps.logger, ctx, started);
+    }
+  };
+}
+
+/** The methods the OpenAPI document lists for endpoints (any method reaches them). */
+const ENDPOINT_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] as const;
+
+/**
+ * The app of the endpoints' own listener (ENDPOINT_PORT): HTTP source endpoints and nothing else,
+ * so a page served there shares its origin with no other page of the daemon. Every answer, the 404
+ * of any other path included, carries the endpoint answer headers.
+ */
+export function createEndpointApp(deps: Pick<ApiDeps, "logger" | "metrics" | "acknowledgeWrites"> & { endpoints: Middleware }): Koa {
+  const app = new Koa({ proxy: true });
+  app.silent = true;
+  const endpoints = deps.endpoints;
+  app.use(
+    outermost(deps, (ctx, next) => {
+      ctx.set(ENDPOINT_ANSWER_HEADERS);
+      return endpoints(ctx, next);
+    }),
+  );
+  routeTables.set(app, mounted("/e/{token}", ENDPOINT_METHODS, "path"));
+  return app;
+}
+
+/**
  * Builds the Koa application. Nothing listens here: `main.ts` calls `app.listen`, tests call
  * `app.callback()`.
  */
 export function createApp(deps: ApiDeps): Koa {
   const app = new Koa({ proxy: true });
   app.silent = true;
-  const record = requestRecorder(deps.metrics);
-  // Read once: the per-request line costs nothing unless the process logs at debug.
-  const logRequests = deps.logger.isLevelEnabled("debug");
-  const answers = errorAnswers(deps.logger);
-  const acknowledge = deps.acknowledgeWrites;
 
   const ops = router();
   const opsSources = { registry: deps.metrics.registry, ready: deps.ready };
@@ -184,7 +230,7 @@ export function createApp(deps: ApiDeps): Koa {
   // The queue dashboard is for browsers: its guard also takes the token once as ?token= and then
   // a cookie (middleware/admin-session.ts); same 404/401 rules.
   const board = deps.queueBoard;
-  const guardBoard = requireAdminSession(deps.adminToken, QUEUE_BOARD_PATH);
+  const guardBoard = requireAdminSession(deps.adminToken, QUEUE_BOARD_PATH, deps.publicUrl);
   const adminGroup: Middleware = (ctx, next) => {
     if (!isUnderPrefix(ctx.path, "/admin")) return next();
     if (board && isUnderPrefix(ctx.path, QUEUE_BOARD_PATH)) {
@@ -230,24 +276,10 @@ export function createApp(deps: ApiDeps): Koa {
   const route = decodeDollar(
     streams ? (ctx, next) => (isLiveTailPath(ctx.path) ? streams(ctx, () => dispatch(ctx, next)) : dispatch(ctx, next)) : dispatch,
   );
-  const inner: Middleware = acknowledge ? (ctx, next) => acknowledge(ctx, () => route(ctx, next)) : route;
-  // One Koa layer: metrics around the error answers around (write acknowledgement and) routing, in
-  // that order, in one async function (the two used to be an async layer each: two promises more).
-  app.use(async (ctx, next) => {
-    const started = performance.now();
-    try {
-      await inner(ctx, next);
-      answers.unanswered(ctx);
-    } catch (err) {
-      answers.failed(ctx, err);
-    } finally {
-      record(ctx, started);
-      if (logRequests) logRequest(deps.logger, ctx, started);
-    }
-  });
+  app.use(outermost(deps, route));
   routeTables.set(app, [
     ...layersOf([ops, admin, ...v1.routers(), ...(liveTail ? [liveTail.router] : [])]),
-    ...(endpoints ? mounted("/e/{token}", ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"], "path") : []),
+    ...(endpoints ? mounted("/e/{token}", ENDPOINT_METHODS, "path") : []),
     // The dashboard's page is GET /admin/queues; everything else of it lies below.
     ...(board ? mounted(QUEUE_BOARD_PATH, board.methods, "path").filter((r) => r.method === "GET" || r.path !== QUEUE_BOARD_PATH) : []),
   ]);

@@ -1,5 +1,6 @@
 import type { Server } from "node:http";
-import { createApp, type RouteEntry, routeTable } from "../api/app.js";
+import type Koa from "koa";
+import { createApp, createEndpointApp, type RouteEntry, routeTable } from "../api/app.js";
 export type { RouteEntry } from "../api/app.js";
 import { queueBoard } from "../api/queue-board.js";
 import { deliveryRoutes } from "../api/routes/deliveries.js";
@@ -69,12 +70,14 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
   const { minReplicasAck, replicaAckTimeoutMs } = config.redisHa;
   const acknowledgeWrites =
     minReplicasAck > 0 ? replicatedWrites(new ReplicaAck([conns.commands, conns.queues], minReplicasAck, replicaAckTimeoutMs)) : undefined;
+  const endpoints = sourceEndpoints(core.runtime.requests, { bodyLimitBytes: config.bodyLimitBytes, logger, metrics: core.metrics });
   const app = createApp({
     authenticator: authCache,
     ...(acknowledgeWrites ? { acknowledgeWrites } : {}),
     logger,
     metrics: core.metrics,
     adminToken: config.adminToken,
+    publicUrl: config.publicUrl,
     bodyLimitBytes: config.bodyLimitBytes,
     ...services,
     purgeUser: (userId: string) => services.userDeletion.delete(userId),
@@ -83,7 +86,7 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
     version: config.version,
     // The dashboard exists only where the admin API does.
     queueBoard: config.adminToken ? queueBoard(Object.values(queues), logger) : undefined,
-    endpoints: sourceEndpoints(core.runtime.requests, { bodyLimitBytes: config.bodyLimitBytes, logger, metrics: core.metrics }),
+    endpoints,
     v1Modules: [
       eventRoutes({
         events: stores.events,
@@ -106,27 +109,45 @@ export function createApiFeature(core: Core, conns: Connections, shutdown: Shutd
       }),
     ],
   });
+  // ENDPOINT_PORT: the endpoints' own origin. The main listener keeps serving them too, so URLs
+  // given out before ENDPOINT_URL was set keep working (docs/decisions.md).
+  const endpointApp =
+    config.endpointPort === undefined
+      ? undefined
+      : createEndpointApp({ logger, metrics: core.metrics, endpoints, ...(acknowledgeWrites ? { acknowledgeWrites } : {}) });
   let server: Server | undefined;
+  let endpointPort: number | undefined;
+  /** Listens on HOST:`port` and registers the shutdown steps; resolves with the bound port. */
+  const listen = async (koa: Koa, port: number, name: string): Promise<[Server, number]> => {
+    const s = await new Promise<Server>((resolve, reject) => {
+      const listening = koa.listen(port, config.host, () => resolve(listening));
+      listening.once("error", reject);
+    });
+    s.keepAliveTimeout = 65_000;
+    shutdown.on("http", name, async () => {
+      await new Promise<void>((r) => s.close(() => r()));
+    });
+    // Connections still open when the close step ends (or times out) are cut.
+    shutdown.on("workers", `${name} connections`, () => s.closeAllConnections?.());
+    const addr = s.address();
+    return [s, addr && typeof addr === "object" ? addr.port : port];
+  };
   return {
-    /** Listens; resolves with the bound port. */
+    /** Listens (and on ENDPOINT_PORT, when set); resolves with the main listener's bound port. */
     async start(): Promise<number> {
       // Not awaited: until the subscription is live, keys are read from Redis.
       void authCache.start();
-      const s = await new Promise<Server>((resolve, reject) => {
-        const listening = app.listen(config.port, config.host, () => resolve(listening));
-        listening.once("error", reject);
-      });
-      server = s;
-      s.keepAliveTimeout = 65_000;
-      shutdown.on("http", "server", async () => {
-        await new Promise<void>((r) => s.close(() => r()));
-      });
-      // Connections still open when the close step ends (or times out) are cut.
-      shutdown.on("workers", "open connections", () => s.closeAllConnections?.());
-      const addr = s.address();
-      return addr && typeof addr === "object" ? addr.port : config.port;
+      const [main, port] = await listen(app, config.port, "server");
+      server = main;
+      if (endpointApp && config.endpointPort !== undefined) {
+        [, endpointPort] = await listen(endpointApp, config.endpointPort, "endpoint server");
+        logger.info({ port: endpointPort, host: config.host, endpointUrl: config.endpointUrl }, "source endpoints listening");
+      }
+      return port;
     },
     server: (): Server | undefined => server,
+    /** The endpoints' own listener's bound port; undefined without ENDPOINT_PORT. */
+    endpointPort: (): number | undefined => endpointPort,
     /** Every route+method the app serves (the OpenAPI tests compare it with the document). */
     routes: (): readonly RouteEntry[] => routeTable(app),
   };

@@ -150,7 +150,7 @@ export function createCore(o: CoreOptions) {
   });
   shutdown.on("workers", "runtime", () => runtime.close());
   const sources = new SourceService(stores.sources, components, stores.subscriptions, runtime.lifecycle, {
-    publicUrl: config.publicUrl,
+    endpointUrl: config.endpointUrl,
     timerMinIntervalSeconds: config.timerMinIntervalSeconds,
     now: Date.now,
     randomBytes: ctx.randomBytes,

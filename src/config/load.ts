@@ -22,6 +22,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
   }
   const e = parsed.data;
   const redisHa = redisHaConfig(e);
+  const publicUrl = (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, "");
   return Object.freeze({
     port: e.PORT,
     host: e.HOST,
@@ -32,7 +33,9 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     redisCommandTimeoutMs: e.REDIS_COMMAND_TIMEOUT_MS,
     redisHa,
     dataDir: e.DATA_DIR,
-    publicUrl: (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, ""),
+    publicUrl,
+    endpointUrl: endpointUrl(e, publicUrl),
+    endpointPort: e.ENDPOINT_PORT,
     adminToken: e.ADMIN_TOKEN,
     roles: Object.freeze([...new Set(e.ROLES)]),
     allowPrivateDestinations: e.ALLOW_PRIVATE_DESTINATIONS,
@@ -85,6 +88,41 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     logFormat: e.LOG_FORMAT,
     version,
   });
+}
+
+/**
+ * ENDPOINT_URL, resolved. It exists to give tenants' endpoint pages an origin apart from the
+ * dashboard's, so naming PUBLIC_URL's origin is a mistake the operator hears of; so is a listener
+ * on a port another one takes.
+ */
+function endpointUrl(e: Env, publicUrl: string): string {
+  const port = e.ENDPOINT_PORT;
+  if (port !== undefined && port !== 0) {
+    for (const [name, other] of [
+      ["PORT", e.PORT],
+      ["OPS_PORT", e.OPS_PORT],
+    ] as const) {
+      if (other === port) throw new ConfigError(`invalid ENDPOINT_PORT: ${port} is ${name} too; give the endpoints a port of their own`);
+    }
+  }
+  if (e.ENDPOINT_URL === undefined) return port === undefined ? publicUrl : `http://localhost:${port}`;
+  const url = e.ENDPOINT_URL.replace(/\/+$/, "");
+  const origin = originOf(url);
+  if (origin === undefined) throw new ConfigError("invalid ENDPOINT_URL: accepts an http(s) URL");
+  if (origin === originOf(publicUrl)) {
+    throw new ConfigError(
+      "invalid ENDPOINT_URL: it names PUBLIC_URL's origin; give endpoints another host or port (or leave ENDPOINT_URL unset)",
+    );
+  }
+  return url;
+}
+
+function originOf(url: string): string | undefined {
+  try {
+    return new URL(url).origin;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The shapes of SPEC §8, at most one of which may be set. */

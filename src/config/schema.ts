@@ -100,6 +100,17 @@ export const envSchema = z.object({
     .string()
     .regex(/^https?:\/\/[^/\s]+/, { message: "accepts an http(s) URL" })
     .optional(),
+  /**
+   * Base URL of HTTP source endpoint URLs when endpoints have an origin of their own (another host
+   * or port than PUBLIC_URL's, which serves the admin dashboard); default PUBLIC_URL, or
+   * http://localhost:$ENDPOINT_PORT with ENDPOINT_PORT.
+   */
+  ENDPOINT_URL: z
+    .string()
+    .regex(/^https?:\/\/[^/\s]+/, { message: "accepts an http(s) URL" })
+    .optional(),
+  /** Port of a second listener (on HOST, api role) serving only HTTP source endpoints; unset = none. */
+  ENDPOINT_PORT: int(0, 65535).optional(),
   /** Enables the admin API; unset = the admin API answers 404. */
   ADMIN_TOKEN: z.string().min(8, { message: "accepts a token of at least 8 characters" }).optional(),
   /** Roles this process runs: comma list of api, worker, scheduler. */
@@ -276,6 +287,10 @@ export interface Config {
   readonly redisHa: RedisHaConfig;
   readonly dataDir: string;
   readonly publicUrl: string;
+  /** ENDPOINT_URL: the base of HTTP source endpoint URLs (PUBLIC_URL unless set). */
+  readonly endpointUrl: string;
+  /** ENDPOINT_PORT: the endpoints' own listener; undefined = none. */
+  readonly endpointPort: number | undefined;
   readonly adminToken: string | undefined;
   readonly roles: readonly Role[];
   readonly allowPrivateDestinations: boolean;

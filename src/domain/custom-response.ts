@@ -11,6 +11,9 @@
  *   the component lists in its own `Connection` header.
  * - header names must be tokens and values must not hold CR, LF or NUL (response splitting);
  *   such headers are dropped.
+ * - the headers that keep one tenant's page from acting as the daemon's origin are the daemon's
+ *   own (`ENDPOINT_ANSWER_HEADERS`, on every answer of an endpoint path) and `Set-Cookie` is not
+ *   the component's to send: a component's values for these names are dropped.
  */
 
 /** Lowest and highest status a component may answer with. */
@@ -28,6 +31,32 @@ export const CONNECTION_HEADERS: ReadonlySet<string> = new Set([
   "trailer",
   "http2-settings",
 ]);
+
+/**
+ * What every answer of an endpoint path carries, whoever wrote it (a component, the default
+ * `{success: true}`, an error). Endpoints share one origin with each other, and on one host with
+ * the queue dashboard; a tenant's HTML and scripts must not run as that origin:
+ * - `sandbox` gives the page an opaque origin: its scripts and forms work, but every request they
+ *   make is cross-origin (`Origin: null`, `Sec-Fetch-Site: cross-site`, no SameSite cookie, no
+ *   answer it can read without CORS), and `document.cookie` and storage throw. It never grants
+ *   `allow-same-origin` (which would give the origin back) nor popups.
+ * - `nosniff`: a body is what its Content-Type says, so no plain-text answer becomes a page or a
+ *   script another page loads.
+ * - `no-referrer`: the endpoint URL is a bearer capability; links and loads of its page must not
+ *   send it to other sites.
+ */
+export const ENDPOINT_ANSWER_HEADERS: Readonly<Record<string, string>> = Object.freeze({
+  "content-security-policy": "sandbox allow-scripts allow-forms",
+  "x-content-type-options": "nosniff",
+  "referrer-policy": "no-referrer",
+});
+
+/**
+ * Names a component may not set beyond the connection headers: the daemon's own above, and
+ * cookies. A cookie set by one endpoint's answer belongs to the whole host: it would reach every
+ * other tenant's endpoint and, as cookies ignore ports, could replace the dashboard's session.
+ */
+export const DAEMON_OWNED_HEADERS: ReadonlySet<string> = new Set([...Object.keys(ENDPOINT_ANSWER_HEADERS), "set-cookie"]);
 
 export type CustomResponseCheck =
   | { readonly ok: true; readonly status: number; readonly headers: Record<string, string>; readonly dropped: readonly string[] }
@@ -54,7 +83,7 @@ export function checkCustomResponse(status: number, headers: Readonly<Record<str
   const dropped: string[] = [];
   for (const [rawName, value] of Object.entries(headers)) {
     const name = rawName.toLowerCase();
-    const refused = CONNECTION_HEADERS.has(name) || name.startsWith("proxy-") || listed.has(name);
+    const refused = CONNECTION_HEADERS.has(name) || DAEMON_OWNED_HEADERS.has(name) || name.startsWith("proxy-") || listed.has(name);
     if (refused || !TOKEN.test(name) || typeof value !== "string" || BAD_VALUE.test(value)) dropped.push(name);
     else kept[name] = value;
   }

@@ -32,6 +32,13 @@ export class UnauthorizedError extends AppError {
   }
 }
 
+/** 403: the credentials are valid but the request may not use them (the message says what is missing). */
+export class ForbiddenError extends AppError {
+  constructor(message: string, code = "forbidden") {
+    super(403, code, message);
+  }
+}
+
 /** 404: unknown id, or an id owned by another user (existence is never revealed). */
 export class NotFoundError extends AppError {
   constructor(message = "not found", code = "not_found") {

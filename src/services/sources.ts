@@ -66,7 +66,8 @@ export class SourceService {
     private readonly subscriptions: SubscriptionStore,
     private readonly lifecycle: SourceLifecycle,
     private readonly opts: {
-      publicUrl: string;
+      /** ENDPOINT_URL (PUBLIC_URL by default): the base of every endpoint_url. */
+      endpointUrl: string;
       timerMinIntervalSeconds: number;
       now: () => number;
       randomBytes: RandomBytes;
@@ -107,7 +108,7 @@ export class SourceService {
       auth = configuredInboundAuth(rawAuth, currentAuth, `configured_props.${http.name}.auth`);
     }
     if (http && token) {
-      props[http.name] = { endpoint_url: `${this.opts.publicUrl}/e/${token}`, ...(auth ? { auth: inboundAuthView(auth) } : {}) };
+      props[http.name] = { endpoint_url: `${this.opts.endpointUrl}/e/${token}`, ...(auth ? { auth: inboundAuthView(auth) } : {}) };
     }
     return { props, httpProp: http?.name ?? null, auth };
   }

@@ -30,8 +30,10 @@ export interface BrowserPage {
   readonly requests: readonly string[];
   /** Console messages, log entries (CSP violations among them) and uncaught exceptions. */
   readonly messages: readonly string[];
-  /** Evaluates an expression in the page and returns its value. */
+  /** Evaluates an expression in the page and returns its value (a promise's, once it settles). */
   evaluate<T>(expression: string): Promise<T>;
+  /** Navigates the same tab (same profile and cookies) to `url`; resolves once navigation was issued. */
+  navigate(url: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -147,8 +149,14 @@ export async function openPage(binary: string, url: string): Promise<BrowserPage
     requests,
     messages,
     async evaluate<T>(expression: string): Promise<T> {
-      const r = (await send("Runtime.evaluate", { expression, returnByValue: true }, sessionId)) as { result: { value: T } };
+      const r = (await send("Runtime.evaluate", { expression, returnByValue: true, awaitPromise: true }, sessionId)) as {
+        result: { value: T };
+      };
       return r.result.value;
+    },
+    async navigate(to: string) {
+      const r = (await send("Page.navigate", { url: to }, sessionId)) as { errorText?: string };
+      if (r.errorText) throw new Error(`navigation to ${to} failed: ${r.errorText}`);
     },
     async close() {
       ws.close();

@@ -25,7 +25,7 @@ const page = (id: string): Json => strict({ page_info: ref("PageInfo"), data: { 
 const list = (id: string): Json => data({ type: "array", items: ref(id) });
 
 type Auth = "user" | "admin" | "none";
-type ErrorStatus = 400 | 401 | 404 | 409 | 413 | 415 | 429 | 502 | 504;
+type ErrorStatus = 400 | 401 | 403 | 404 | 409 | 413 | 415 | 429 | 502 | 504;
 
 interface Param {
   readonly name: string;
@@ -667,10 +667,13 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
         {
           tag: "Admin",
           summary: `The queue dashboard's own assets and JSON API (${m.toUpperCase()})`,
-          description: "Served by bull-board, e.g. GET /admin/queues/api/queues; not a stable interface.",
+          description:
+            m === "get"
+              ? "Served by bull-board, e.g. GET /admin/queues/api/queues; not a stable interface."
+              : "Served by bull-board; not a stable interface. With the cookie, the call must come from the dashboard's own origin (Sec-Fetch-Site: same-origin, or without it an Origin of this host or PUBLIC_URL), else 403 cross_origin_request; the Bearer header works from anywhere.",
           auth: "admin",
           ok: { status: 200, description: "bull-board's answer", type: "*/*" },
-          errors: [400, 404],
+          errors: m === "get" ? [400, 404] : [400, 403, 404],
         } satisfies Operation,
       ]),
     ),
@@ -687,7 +690,7 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
             tag: "Source endpoints",
             summary: `An HTTP source's endpoint_url${p.endsWith("{path}") ? " and any sub-path" : ""} (${m.toUpperCase()})`,
             description:
-              "Any method, any body (up to the body limit). Without a custom response the request is made durable and answered {success: true}; with customResponse the source's run answers. When the source's HTTP prop has auth, the request is verified first, on its exact body bytes: a failure is a 401 and nothing runs.",
+              "Any method, any body (up to the body limit). Without a custom response the request is made durable and answered {success: true}; with customResponse the source's run answers. When the source's HTTP prop has auth, the request is verified first, on its exact body bytes: a failure is a 401 and nothing runs. Every answer carries Content-Security-Policy: sandbox allow-scripts allow-forms, X-Content-Type-Options: nosniff and Referrer-Policy: no-referrer, which a source cannot change, and never Set-Cookie. Also served on ENDPOINT_PORT, under ENDPOINT_URL.",
             auth: "none",
             storage: true,
             ok: { status: 200, description: "{success: true}, or the source's own answer", type: "*/*" },
@@ -702,6 +705,7 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
 const ERROR_RESPONSES: Readonly<Record<number, [string, string]>> = {
   400: ["BadRequest", "Invalid input (the message names the parameter) or malformed JSON"],
   401: ["Unauthorized", "Missing, invalid or revoked credentials"],
+  403: ["Forbidden", "Valid credentials this request may not use (a dashboard cookie from another origin)"],
   404: ["NotFound", "Unknown id, an id owned by another user, or (admin API) ADMIN_TOKEN unset"],
   405: ["MethodNotAllowed", "Wrong method on a known path; Allow names the right ones"],
   409: ["Conflict", "Conflicts with existing state"],

@@ -1,6 +1,6 @@
 import type { IncomingMessage } from "node:http";
 import type { Context, Middleware, Next } from "koa";
-import { checkCustomResponse } from "../../domain/custom-response.js";
+import { checkCustomResponse, ENDPOINT_ANSWER_HEADERS } from "../../domain/custom-response.js";
 import { AppError, NotFoundError, PayloadTooLargeError, SourceRunFailedError } from "../../domain/errors.js";
 import type { Logger } from "../../observability/logger.js";
 import type { Metrics } from "../../observability/metrics.js";
@@ -15,6 +15,11 @@ export interface SourceEndpointOptions {
 }
 
 const PATH = /^\/e\/([A-Za-z0-9]{8,64})(\/.*)?$/;
+
+/** `/e` and everything below it: the paths this middleware answers (a 404 when no token matches). */
+export function isEndpointPath(path: string): boolean {
+  return path === "/e" || path.startsWith("/e/");
+}
 
 /** Reads the whole body up to `limit` bytes; more is a 413 (the rest is not buffered). */
 export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
@@ -94,16 +99,18 @@ export function requestOutcome(err: unknown): string {
  * Order: the token (404), the whole body (413), inbound verification on those exact bytes (401),
  * then the rates and quota (429): a request that fails verification spends nothing of its
  * source's, and runs nothing.
+ *
+ * Every answer of an endpoint path, errors included, carries `ENDPOINT_ANSWER_HEADERS`: they are
+ * set before anything can answer, and the error middleware and `checkCustomResponse` leave them.
  */
 export function sourceEndpoints(requests: SourceRequests, opts: SourceEndpointOptions): Middleware {
   return async function endpoint(ctx: Context, next: Next): Promise<void> {
+    if (!isEndpointPath(ctx.path)) return next();
+    ctx.set(ENDPOINT_ANSWER_HEADERS);
     const m = PATH.exec(ctx.path);
     if (!m) {
-      if (ctx.path === "/e" || ctx.path.startsWith("/e/")) {
-        opts.metrics.sourceRequests.inc({ outcome: "not_found" });
-        throw new NotFoundError("no such endpoint", "endpoint_not_found");
-      }
-      return next();
+      opts.metrics.sourceRequests.inc({ outcome: "not_found" });
+      throw new NotFoundError("no such endpoint", "endpoint_not_found");
     }
     ctx.state.routeLabel = "/e/:token";
     const [, token, subPath] = m;

@@ -1,7 +1,10 @@
 import { gzipSync } from "node:zlib";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ENDPOINT_ANSWER_HEADERS } from "../../../src/domain/custom-response.js";
+import { isEndpointPath } from "../../../src/api/routes/source-endpoints.js";
 import { isUnderPrefix } from "../../../src/domain/path-prefix.js";
+import { freePort } from "../../../src/redis/embedded.js";
 import { client, startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
 import { caseMixes, percentFirst } from "../../helpers/spellings.js";
 import {
@@ -26,9 +29,13 @@ import {
  */
 
 let td: TestDaemon;
+/** The endpoints' own listener (ENDPOINT_PORT). */
+let endpointBase: string;
 
 beforeAll(async () => {
-  td = await startTestDaemon();
+  const port = await freePort();
+  endpointBase = `http://127.0.0.1:${port}`;
+  td = await startTestDaemon({ ENDPOINT_PORT: String(port), ENDPOINT_URL: endpointBase });
 });
 
 afterAll(async () => {
@@ -47,7 +54,10 @@ interface FuzzRequest {
   /** The route's first segment was spelled otherwise (case, percent-encoding): no handler may serve it. */
   respelled: boolean;
   query: [string, string][];
-  auth: "user" | "admin" | "none" | "garbage";
+  /** `cookie`: the queue dashboard's session cookie, as a browser holds it. */
+  auth: "user" | "admin" | "none" | "garbage" | "cookie";
+  /** Sent to the endpoints' own listener instead of the main one. */
+  endpointListener?: boolean;
   body: { label: string; contentType?: string; encoding?: string; data?: string | Buffer; chunked?: boolean };
   /** Signature headers with hostile values, for the endpoints of sources with inbound verification. */
   headers?: Record<string, string>;
@@ -69,6 +79,8 @@ interface Fixtures {
   verifiedTokens: string[];
   /** Live-tail browser tokens: one valid for sources[0], one whose API key was rotated since. */
   sseTokens: string[];
+  /** The main listener's origin, which the dashboard's cookie calls may come from. */
+  ownOrigin: string;
 }
 
 /** Every kind of inbound verification a source may have (the fuzz sends no valid signature). */
@@ -191,6 +203,26 @@ const KNOWN_KEYS = [
 
 const METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "PROPFIND"] as const;
 
+/** A path of the queue dashboard's JSON API, read-only and changing ones. */
+function boardApiPath(s: readonly string[]): string {
+  const queue = ["delivery", "maintenance", "source-run", "timers", s[1]][(s[1]?.length ?? 0) % 5];
+  const tails = ["", `/${s[0]}`, `/${s[0]}/logs`, "/pause", `/retry/${s[0]}`, `/clean/${s[0]}`, "/empty", `/${s[0]}/promote`];
+  return (s[0]?.length ?? 0) % 7 === 0
+    ? "/admin/queues/api/redis/stats"
+    : `/admin/queues/api/queues/${queue}${tails[(s[1]?.length ?? 0) % tails.length]}`;
+}
+
+const COOKIE_ROUTE = "/admin/queues/api/* (cookie)";
+const ENDPOINT_LISTENER = "endpoint listener";
+const RESPONDER_ON_ENDPOINT_LISTENER = "/e/:responder (endpoint listener)";
+
+/** The responder's answers, on either listener: statuses and headers its query chose. */
+const isResponder = (req: FuzzRequest) => req.route === "/e/:responder" || req.route === RESPONDER_ON_ENDPOINT_LISTENER;
+
+/** What a browser may say of where a cookie call comes from ("" = header left out; "own" = the dashboard's origin). */
+const BROWSER_SITES = ["", "same-origin", "same-site", "cross-site", "none", "Same-Origin", "garbage"] as const;
+const BROWSER_ORIGINS = ["", "own", "null", "http://127.0.0.1:1", "https://evil.example"] as const;
+
 /** Every route of the daemon; `s` is a path segment chosen by the fuzzer, `f` the fixtures. */
 const ROUTES: {
   name: string;
@@ -250,18 +282,19 @@ const ROUTES: {
     path: (s) => `/docs/assets/${["swagger-ui.css", "init.js", "favicon-32x32.png", s[0]][(s[0]?.length ?? 0) % 4]}`,
   },
   { name: "/admin/queues", methods: ["GET"], admin: true, path: () => "/admin/queues" },
+  { name: "/admin/queues/api/*", methods: ["GET", "PUT", "POST", "PATCH"], admin: true, path: (s) => boardApiPath(s) },
+  // The same with the dashboard's cookie, from its own page or from another site (BROWSER_SITES).
+  { name: COOKIE_ROUTE, methods: ["GET", "PUT", "POST", "PATCH"], path: (s) => boardApiPath(s) },
+  // The endpoints' own listener (ENDPOINT_PORT): endpoints, and paths it must not serve.
   {
-    name: "/admin/queues/api/*",
-    methods: ["GET", "PUT", "POST", "PATCH"],
-    admin: true,
-    path: (s) => {
-      const queue = ["delivery", "maintenance", "source-run", "timers", s[1]][(s[1]?.length ?? 0) % 5];
-      const tails = ["", `/${s[0]}`, `/${s[0]}/logs`, "/pause", `/retry/${s[0]}`, `/clean/${s[0]}`, "/empty", `/${s[0]}/promote`];
-      return (s[0]?.length ?? 0) % 7 === 0
-        ? "/admin/queues/api/redis/stats"
-        : `/admin/queues/api/queues/${queue}${tails[(s[1]?.length ?? 0) % tails.length]}`;
-    },
+    name: ENDPOINT_LISTENER,
+    methods: ["GET", "POST", "PUT"],
+    path: (s) =>
+      [`/e/${s[0]}/${s[1]}`, "/admin/queues", boardApiPath(s), "/admin/users", "/v1/users/me", "/docs", "/healthz", `/${s[0]}/${s[1]}`][
+        (s[0]?.length ?? 0) % 8
+      ] as string,
   },
+  { name: RESPONDER_ON_ENDPOINT_LISTENER, methods: ["GET", "POST", "PUT"], path: (s, f, q) => `/e/${f.responderToken}/${s[1]}?${q}` },
   { name: "unknown", methods: ["GET", "POST"], path: (s) => `/${s[0]}/${s[1]}` },
   { name: "/e/:token", methods: ["GET", "POST"], path: (s) => `/e/${s[0]}/${s[1]}` },
   { name: "/e/:responder", methods: ["GET", "POST", "PUT"], path: (s, f, q) => `/e/${f.responderToken}/${s[1]}?${q}` },
@@ -298,8 +331,24 @@ const responderQuery: fc.Arbitrary<string> = fc
         "x-fine",
         "bad name",
         "set-cookie",
+        "Content-Security-Policy",
+        "x-content-type-options",
+        "referrer-policy",
       ),
-      fc.constantFrom("chunked", "0", "1", "close, x-hop", "Upgrade", "websocket", "a\r\nx-injected: 1", "é", "😀", ""),
+      fc.constantFrom(
+        "chunked",
+        "0",
+        "1",
+        "close, x-hop",
+        "Upgrade",
+        "websocket",
+        "a\r\nx-injected: 1",
+        "é",
+        "😀",
+        "",
+        "default-src *",
+        "unsafe-url",
+      ),
       { maxKeys: 5 },
     ),
     body: fc.option(fc.string({ maxLength: 20 }), { nil: undefined }),
@@ -553,6 +602,7 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
       respondWith: responderQuery,
       authBody,
       signatureHeaders: fc.dictionary(fc.constantFrom(...SIGNATURE_HEADERS), fc.constantFrom(...SIGNATURE_VALUES), { maxKeys: 4 }),
+      browser: fc.tuple(fc.constantFrom(...BROWSER_SITES), fc.constantFrom(...BROWSER_ORIGINS)),
       // One request in eight spells its route's first segment otherwise (/ADMIN, /V1, /%61dmin).
       respell: fc.oneof({ weight: 7, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.nat() }),
     })
@@ -561,25 +611,40 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
       const method = r.methodPick ?? route.methods[r.methodIndex % route.methods.length]!;
       const segs = route.admin ? [r.adminSegment, r.segments[1]] : r.segments;
       // An admin route without a token is the case its guard exists for: keep it common.
-      const auth = route.admin && r.auth === "user" ? (r.methodIndex % 2 === 0 ? "admin" : "none") : (r.auth as FuzzRequest["auth"]);
+      const auth =
+        route.name === COOKIE_ROUTE
+          ? "cookie"
+          : route.admin && r.auth === "user"
+            ? r.methodIndex % 2 === 0
+              ? "admin"
+              : "none"
+            : (r.auth as FuzzRequest["auth"]);
       // fetch sends no body with GET or HEAD.
       const b = method === "GET" || method === "HEAD" ? { label: "none" } : route.name.endsWith("(auth)") ? r.authBody : r.body;
       const exact = route.path(segs, f, r.respondWith);
       const respelled = r.respell !== undefined && (route.admin === true || route.name.startsWith("/v1/"));
       const path = respelled ? respell(exact, r.respell ?? 0) : exact;
-      const headers = route.name === "/e/:verified" ? { headers: r.signatureHeaders } : {};
-      return { route: route.name, method, path, respelled, query: r.query, auth, body: b, ...headers };
+      const [site, origin] = r.browser;
+      const browser: Record<string, string> = {
+        ...(site ? { "sec-fetch-site": site } : {}),
+        ...(origin ? { origin: origin === "own" ? f.ownOrigin : origin } : {}),
+      };
+      const headers =
+        route.name === "/e/:verified" ? { headers: r.signatureHeaders } : route.name === COOKIE_ROUTE ? { headers: browser } : {};
+      const listener = route.name === ENDPOINT_LISTENER || route.name === RESPONDER_ON_ENDPOINT_LISTENER ? { endpointListener: true } : {};
+      return { route: route.name, method, path, respelled, query: r.query, auth, body: b, ...headers, ...listener };
     });
 }
 
 async function sendFuzz(
   req: FuzzRequest,
-  keys: { user: string; admin: string },
+  keys: { user: string; admin: string; cookie: string },
 ): Promise<{ status: number; headers: Headers; text: string; body: Json }> {
   const headers: Record<string, string> = {};
   if (req.auth === "user") headers.authorization = `Bearer ${keys.user}`;
   if (req.auth === "admin") headers.authorization = `Bearer ${keys.admin}`;
   if (req.auth === "garbage") headers.authorization = "Bearer garbage-key-0000";
+  if (req.auth === "cookie") headers.cookie = keys.cookie;
   if (req.body.contentType) headers["content-type"] = req.body.contentType;
   if (req.body.encoding) headers["content-encoding"] = req.body.encoding;
   Object.assign(headers, req.headers);
@@ -598,7 +663,10 @@ async function sendFuzz(
   let text: string;
   let res: Response;
   try {
-    res = await fetch(`${td.url}${req.path}${qs ? `${req.path.includes("?") ? "&" : "?"}${qs}` : ""}`, init);
+    res = await fetch(
+      `${req.endpointListener ? endpointBase : td.url}${req.path}${qs ? `${req.path.includes("?") ? "&" : "?"}${qs}` : ""}`,
+      init,
+    );
     // A live-tail stream that opened never ends by itself: its head is the answer.
     const streaming = res.status === 200 && (res.headers.get("content-type") ?? "").startsWith("text/event-stream");
     if (streaming) ac.abort();
@@ -615,12 +683,14 @@ async function sendFuzz(
   return { status: res.status, headers: res.headers, text, body };
 }
 
+type FuzzAnswer = Awaited<ReturnType<typeof sendFuzz>>;
+
 /**
  * The responder's 5xx that are not the daemon's failures: the status the component was asked to
  * answer with, or the generic 502/504 of a run that failed (whose detail stays on $errors).
  */
-function responderChose5xx(req: FuzzRequest, res: Awaited<ReturnType<typeof sendFuzz>>): boolean {
-  if (req.route !== "/e/:responder") return false;
+function responderChose5xx(req: FuzzRequest, res: FuzzAnswer): boolean {
+  if (!isResponder(req)) return false;
   if ([502, 504].includes(res.status)) {
     // A HEAD answer has no body to carry the code; its status is all there is to check.
     if (req.method === "HEAD") return true;
@@ -631,17 +701,47 @@ function responderChose5xx(req: FuzzRequest, res: Awaited<ReturnType<typeof send
 }
 
 /** What must hold for a request beyond "no 5xx" (item by item: route guards, custom responses). */
-function invariantProblem(req: FuzzRequest, res: Awaited<ReturnType<typeof sendFuzz>>): string | undefined {
+function invariantProblem(req: FuzzRequest, res: FuzzAnswer): string | undefined {
   const path = req.path.split("?")[0] ?? req.path;
+  return endpointProblem(req, res, path) ?? (req.endpointListener ? undefined : guardProblem(req, res, path)) ?? answerProblem(req, res);
+}
+
+/** Every answer of an endpoint path, and every answer of the endpoints' listener, is sandboxed; that listener serves nothing else. */
+function endpointProblem(req: FuzzRequest, res: FuzzAnswer, path: string): string | undefined {
+  // 431 comes from Node's HTTP parser, before any application code.
+  if (res.status === 431 || !(req.endpointListener || isEndpointPath(path))) return undefined;
+  const wrong = Object.entries(ENDPOINT_ANSWER_HEADERS).filter(([name, value]) => res.headers.get(name) !== value);
+  if (wrong.length > 0) return `endpoint answer without its ${wrong.map(([name]) => name).join(", ")}`;
+  if (res.headers.has("set-cookie")) return "endpoint answer set a cookie";
+  if (req.endpointListener && !isEndpointPath(path) && res.status !== 404) return `endpoint listener answered ${path} with ${res.status}`;
+  return undefined;
+}
+
+/** The main listener's guards: the admin token, the dashboard's cookie, route spellings. */
+function guardProblem(req: FuzzRequest, res: FuzzAnswer, path: string): string | undefined {
+  // A cookie call that changes queues must come from the dashboard's own page (a ?token= is a login instead).
+  const login = req.query.some(([k]) => k === "token");
+  if (req.auth === "cookie" && !login && req.method !== "GET" && req.method !== "HEAD") {
+    const site = req.headers?.["sec-fetch-site"];
+    const own = site === "same-origin" || (site === undefined && req.headers?.origin === td.url);
+    if (!own && (res.status !== 403 || res.body?.code !== "cross_origin_request"))
+      return `cookie call from another site answered ${res.status}`;
+    if (own && res.status === 403) return "cookie call from the dashboard's own page answered 403";
+  }
   // Every spelling of /admin meets the admin guard first.
-  if (isUnderPrefix(path, "/admin") && req.auth !== "admin" && res.status !== 401)
+  if (isUnderPrefix(path, "/admin") && req.auth !== "admin" && req.auth !== "cookie" && res.status !== 401)
     return `admin path without the token answered ${res.status}`;
   // A route spelled otherwise is an unknown route (or the guard's 401); never served.
   const unknownMethod = res.status === 405 && !ROUTER_METHODS.has(req.method);
   if (req.respelled && res.status !== 404 && res.status !== 401 && !unknownMethod) return `respelled route answered ${res.status}`;
+  return undefined;
+}
+
+/** What verified endpoints and custom responses may answer. */
+function answerProblem(req: FuzzRequest, res: FuzzAnswer): string | undefined {
   // No fuzz request carries a valid signature or token: a verified endpoint never runs its source.
   if (req.route === "/e/:verified" && res.status < 400) return `unsigned request to a verified endpoint answered ${res.status}`;
-  if (req.route === "/e/:responder") {
+  if (isResponder(req)) {
     if (res.status < 200) return `custom response with status ${res.status}`;
     const framing = HOP_BY_HOP.filter((h) => res.headers.has(h));
     if (framing.length > 0) return `custom response carried ${framing.join(", ")}`;
@@ -680,6 +780,7 @@ describe("fuzz", () => {
       foreignSource: (await createSource(other.api, { component_code: HTTP_ESM })).id,
       foreignWebhook: (await createWebhook(other.api, "https://example.com/other")).id,
       sacrificialUserId: sacrificial.id,
+      ownOrigin: td.url,
       responderToken: String((await createSource(u.api, { component_code: RESPONDER })).configured_props.http.endpoint_url.split("/e/")[1]),
       sseTokens: [await sseToken(u.api, sources[0].id), rotatedToken],
       verifiedTokens: await Promise.all(
@@ -690,7 +791,10 @@ describe("fuzz", () => {
       ),
     };
     const requests = fc.sample(fuzzArbitrary(fixtures), { seed: FUZZ_SEED, numRuns: FUZZ_REQUESTS });
-    const keys = { user: u.api_key, admin: td.adminToken };
+    const login = await fetch(`${td.url}/admin/queues?token=${encodeURIComponent(td.adminToken)}`, { redirect: "manual" });
+    const cookie = (login.headers.get("set-cookie") ?? "").split(";")[0] ?? "";
+    expect(cookie).toMatch(/^tributary_admin=/);
+    const keys = { user: u.api_key, admin: td.adminToken, cookie };
 
     const started = Date.now();
     const failures = new Map<string, { count: number; example: string }>();
@@ -708,7 +812,7 @@ describe("fuzz", () => {
     const worker = async () => {
       while (next < requests.length && Date.now() - started < FUZZ_BUDGET_MS) {
         const req = requests[next++]!;
-        let res: Awaited<ReturnType<typeof sendFuzz>>;
+        let res: FuzzAnswer;
         try {
           res = await sendFuzz(req, keys);
         } catch (err) {
@@ -721,15 +825,10 @@ describe("fuzz", () => {
         if (res.status >= 500 && !responderChose5xx(req, res)) fail(req, String(res.status), res.text);
         // 431 comes from Node's HTTP parser (URL or headers over 16 KiB), before any application code.
         // The responder's own 4xx answers are whatever the component chose; the daemon's 429s are not.
-        else if (
-          res.status >= 400 &&
-          res.status !== 431 &&
-          req.method !== "HEAD" &&
-          (req.route !== "/e/:responder" || res.status === 429)
-        ) {
+        else if (res.status >= 400 && res.status !== 431 && req.method !== "HEAD" && (!isResponder(req) || res.status === 429)) {
           // The queue dashboard's JSON API answers its own 4xx in bull-board's shape ({error: {key}}),
           // which its UI reads; the daemon's guard in front of it answers {error, code} (401/404).
-          const boardsOwn = req.route === "/admin/queues/api/*" && res.status !== 401 && res.body?.error !== undefined;
+          const boardsOwn = req.route.startsWith("/admin/queues/api/*") && res.status !== 401 && res.body?.error !== undefined;
           if (!boardsOwn && (typeof res.body?.error !== "string" || typeof res.body?.code !== "string"))
             fail(req, `${res.status} without {error, code}`, res.text);
         }

@@ -89,6 +89,60 @@ describe("the queue dashboard's guard", () => {
   });
 });
 
+describe("the queue dashboard's cookie and calls that change queues", () => {
+  let cookie = "";
+  beforeAll(async () => {
+    const res = await get(td.url, `/admin/queues?token=${encodeURIComponent(td.adminToken)}`);
+    cookie = (res.headers.get("set-cookie") ?? "").split(";")[0] ?? "";
+    expect(cookie).toMatch(/^tributary_admin=/);
+  });
+  const pause = (headers: Record<string, string>) =>
+    fetch(`${td.url}/admin/queues/api/queues/maintenance/pause`, { method: "PUT", headers, redirect: "manual" });
+  const resume = () =>
+    fetch(`${td.url}/admin/queues/api/queues/maintenance/resume`, { method: "PUT", headers: { authorization: `Bearer ${td.adminToken}` } });
+  const paused = async () => {
+    const res = await get(td.url, "/admin/queues/api/queues", { authorization: `Bearer ${td.adminToken}` });
+    return ((res.body as { queues: { name: string; isPaused: boolean }[] }).queues ?? []).find((q) => q.name === "maintenance")?.isPaused;
+  };
+
+  it.each([
+    ["another site (Sec-Fetch-Site: same-site)", { "sec-fetch-site": "same-site", origin: "http://127.0.0.1:1" }],
+    ["an opaque origin (Sec-Fetch-Site: cross-site)", { "sec-fetch-site": "cross-site", origin: "null" }],
+    ["a user's navigation (Sec-Fetch-Site: none)", { "sec-fetch-site": "none" }],
+    ["another origin over plain HTTP (Origin only)", { origin: "http://127.0.0.1:1" }],
+    ["an opaque origin over plain HTTP (Origin: null)", { origin: "null" }],
+    ["no browser's headers at all", {}],
+  ])("answers 403 to a cookie call from %s, and changes nothing", async (_what, headers) => {
+    const res = await pause({ cookie, ...headers });
+    expect(res.status).toBe(403);
+    const body = (await res.json()) as { error?: string; code?: string };
+    expect(body.code).toBe("cross_origin_request");
+    expect(body.error).toMatch(/Bearer/);
+    expect(await paused()).toBe(false);
+  });
+
+  it.each([
+    ["Sec-Fetch-Site: same-origin", { "sec-fetch-site": "same-origin" }],
+    ["its own Origin over plain HTTP", { origin: "" }],
+  ])("takes a cookie call from the dashboard's own page (%s)", async (_what, headers) => {
+    const h: Record<string, string> = { cookie, ...headers };
+    if (h.origin === "") h.origin = td.url;
+    const res = await pause(h);
+    expect(res.status).toBe(200);
+    expect(await paused()).toBe(true);
+    expect((await resume()).status).toBe(200);
+  });
+
+  it("reads with the cookie alone, and takes the Bearer header from anywhere (scripts)", async () => {
+    expect((await get(td.url, "/admin/queues/api/queues", { cookie, "sec-fetch-site": "same-origin" })).status).toBe(200);
+    const res = await pause({ authorization: `Bearer ${td.adminToken}`, "sec-fetch-site": "cross-site", origin: "null" });
+    expect(res.status).toBe(200);
+    expect(await paused()).toBe(true);
+    expect((await resume()).status).toBe(200);
+    expect(await paused()).toBe(false);
+  });
+});
+
 describe("the queue dashboard", () => {
   const bearer = () => ({ authorization: `Bearer ${td.adminToken}` });
 

@@ -38,6 +38,41 @@ describe("loadConfig", () => {
       cooldownMs: 3_600_000,
     });
   });
+  it("builds endpoint URLs from PUBLIC_URL unless ENDPOINT_URL (or ENDPOINT_PORT) gives endpoints an origin of their own", () => {
+    expect(loadConfig({ PUBLIC_URL: "https://relay.example.com" })).toMatchObject({
+      endpointUrl: "https://relay.example.com",
+      endpointPort: undefined,
+    });
+    expect(loadConfig({ PUBLIC_URL: "https://relay.example.com", ENDPOINT_URL: "https://hooks.example.com/" })).toMatchObject({
+      publicUrl: "https://relay.example.com",
+      endpointUrl: "https://hooks.example.com",
+    });
+    expect(loadConfig({ ENDPOINT_PORT: "3001" })).toMatchObject({ endpointUrl: "http://localhost:3001", endpointPort: 3001 });
+    // Behind a proxy the advertised URL's port is not the listener's.
+    expect(loadConfig({ ENDPOINT_PORT: "3001", ENDPOINT_URL: "https://hooks.example.com" })).toMatchObject({
+      endpointUrl: "https://hooks.example.com",
+      endpointPort: 3001,
+    });
+  });
+  it.each([
+    [
+      { PUBLIC_URL: "https://relay.example.com", ENDPOINT_URL: "https://relay.example.com/hooks" },
+      /invalid ENDPOINT_URL: it names PUBLIC_URL's origin/,
+    ],
+    [
+      { PUBLIC_URL: "https://relay.example.com:443", ENDPOINT_URL: "https://RELAY.example.com" },
+      /invalid ENDPOINT_URL: it names PUBLIC_URL's origin/,
+    ],
+    [{ PORT: "3000", ENDPOINT_URL: "http://localhost:3000" }, /invalid ENDPOINT_URL: it names PUBLIC_URL's origin/],
+    [{ ENDPOINT_URL: "ftp://hooks.example.com" }, /invalid ENDPOINT_URL: accepts an http\(s\) URL/],
+    [{ ENDPOINT_URL: "http://[::1" }, /invalid ENDPOINT_URL: accepts an http\(s\) URL/],
+    [{ PORT: "3000", ENDPOINT_PORT: "3000" }, /invalid ENDPOINT_PORT: 3000 is PORT too/],
+    [{ OPS_PORT: "9090", ENDPOINT_PORT: "9090" }, /invalid ENDPOINT_PORT: 9090 is OPS_PORT too/],
+    [{ ENDPOINT_PORT: "70000" }, /invalid ENDPOINT_PORT: accepts/],
+  ])("refuses endpoint settings that share the dashboard's origin or another listener's port: %o", (env, message) => {
+    expect(() => loadConfig(env)).toThrowError(ConfigError);
+    expect(() => loadConfig(env)).toThrowError(message);
+  });
   it.each([
     ["PORT", "abc"],
     ["ROLES", "api,cook"],

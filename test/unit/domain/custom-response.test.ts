@@ -1,5 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { CONNECTION_HEADERS, checkCustomResponse } from "../../../src/domain/custom-response.js";
+import {
+  CONNECTION_HEADERS,
+  checkCustomResponse,
+  DAEMON_OWNED_HEADERS,
+  ENDPOINT_ANSWER_HEADERS,
+} from "../../../src/domain/custom-response.js";
 
 describe("checkCustomResponse", () => {
   it.each([200, 201, 204, 299, 301, 404, 418, 500, 599])("accepts the final status %i", (status) => {
@@ -72,5 +77,36 @@ describe("checkCustomResponse", () => {
     });
     expect(r.ok && r.headers).toEqual({ "x-fine": "tab\tand latin-1 é" });
     expect(r.ok && r.dropped.length).toBe(6);
+  });
+
+  it("drops the daemon's own headers and cookies, in any case, whatever their value", () => {
+    const r = checkCustomResponse(200, {
+      "Content-Security-Policy": "default-src *",
+      "x-content-type-options": "",
+      "REFERRER-POLICY": "unsafe-url",
+      "Set-Cookie": "tributary_admin=planted; Path=/admin/queues",
+      "content-security-policy-report-only": "default-src 'none'",
+      "content-type": "text/html",
+    });
+    expect(r.ok && r.headers).toEqual({ "content-security-policy-report-only": "default-src 'none'", "content-type": "text/html" });
+    expect(r.ok && [...r.dropped].sort()).toEqual(["content-security-policy", "referrer-policy", "set-cookie", "x-content-type-options"]);
+  });
+});
+
+describe("ENDPOINT_ANSWER_HEADERS", () => {
+  it("sandboxes the page into an opaque origin, never granting the origin back nor popups", () => {
+    const csp = ENDPOINT_ANSWER_HEADERS["content-security-policy"] ?? "";
+    const [directive, ...tokens] = csp.split(/\s+/);
+    expect(directive).toBe("sandbox");
+    expect(tokens).not.toContain("allow-same-origin");
+    expect(tokens.filter((t) => t.startsWith("allow-popups") || t.startsWith("allow-top-navigation"))).toEqual([]);
+    expect(ENDPOINT_ANSWER_HEADERS).toMatchObject({ "x-content-type-options": "nosniff", "referrer-policy": "no-referrer" });
+  });
+
+  it("are all the daemon's own: a component can set none of them", () => {
+    for (const name of Object.keys(ENDPOINT_ANSWER_HEADERS)) {
+      expect(name).toBe(name.toLowerCase());
+      expect(DAEMON_OWNED_HEADERS.has(name), name).toBe(true);
+    }
   });
 });
