@@ -1,4 +1,5 @@
 import { ValidationError } from "./errors.js";
+import { CONNECTION_HEADERS } from "./custom-response.js";
 import { parseDurationList } from "./duration.js";
 
 /**
@@ -33,10 +34,28 @@ const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,100}$/;
 /** Visible ASCII, space and tab (no CR/LF: header injection). */
 const HEADER_VALUE = /^[\t\x20-\x7e]*$/;
 
-/** Header names a webhook may not set: the signature, Tributary's own and the transport's. */
-export function isReservedHeader(name: string): boolean {
+/** The User-Agent every delivery carries (delivery/prepare.ts); a webhook's own would be replaced. */
+export const DELIVERY_USER_AGENT = "Tributary-Webhooks/1";
+
+/**
+ * Why a webhook may not set this header (undefined: it may): the signature's and Tributary's own
+ * headers, the body's type, the User-Agent every delivery sets, and the transport's headers. The
+ * last are hop-by-hop or framing headers (RFC 9110 §7.6.1, the same set a custom response may not
+ * carry) plus `Host` and `Expect`: the HTTP client either refuses a request carrying them or decides
+ * them itself, so every attempt would fail or the value would not be what the receiver gets.
+ */
+export function headerRefusal(name: string): string | undefined {
   const n = name.toLowerCase();
-  return n.startsWith("webhook-") || n.startsWith("x-tributary-") || n === "content-type" || n === "content-length" || n === "host";
+  if (n.startsWith("webhook-") || n.startsWith("x-tributary-") || n === "content-type") return "reserved for the delivery itself";
+  if (n === "user-agent") return `every delivery sends User-Agent: ${DELIVERY_USER_AGENT}`;
+  if (CONNECTION_HEADERS.has(n) || n.startsWith("proxy-") || n === "host" || n === "expect")
+    return "a header of the HTTP connection, which the client sets from the URL and the body; a delivery cannot carry it";
+  return undefined;
+}
+
+/** True when a webhook may not set the header (`headerRefusal` says why). */
+export function isReservedHeader(name: string): boolean {
+  return headerRefusal(name) !== undefined;
 }
 
 /**
@@ -77,7 +96,8 @@ function parseHeaders(raw: unknown): Record<string, string> | null {
   const seen = new Set<string>();
   for (const [name, v] of entries) {
     if (!HEADER_NAME.test(name)) throw new ValidationError(`headers: ${JSON.stringify(name.slice(0, 100))} is not a valid header name`);
-    if (isReservedHeader(name)) throw new ValidationError(`headers: ${name} cannot be set (reserved for the delivery itself)`);
+    const refused = headerRefusal(name);
+    if (refused) throw new ValidationError(`headers: ${name} cannot be set (${refused})`);
     const lower = name.toLowerCase();
     if (seen.has(lower)) throw new ValidationError(`headers: ${name} is given twice`);
     seen.add(lower);

@@ -110,7 +110,7 @@ const webhookParams = (urlRequired: boolean): readonly Param[] => [
     name: "headers",
     schema: { type: "object" },
     description:
-      "Static request headers (a JSON object; webhook-*, x-tributary-*, content-type, content-length, host refused); null clears",
+      "Static request headers (a JSON object); refused: webhook-*, x-tributary-*, content-type, user-agent, and the connection's own (host, content-length, transfer-encoding, connection, keep-alive, upgrade, expect, te, trailer, http2-settings, proxy-*); null clears",
   },
   { name: "timeout_ms", schema: { type: "integer", minimum: 100, maximum: 60000 }, description: "Attempt timeout in ms; null clears" },
   { name: "retry_schedule", schema: str, description: "Delays between attempts, as DELIVERY_RETRY_SCHEDULE (5s,5m,30m); null clears" },

@@ -43,6 +43,34 @@ describe("per-webhook settings (domain/webhook-settings.ts)", () => {
       expect(isReservedHeader(name)).toBe(false);
   });
 
+  it("refuses the headers a delivery cannot carry (hop-by-hop, framing, Host, Expect) and User-Agent, saying why", () => {
+    const transport = [
+      "Transfer-Encoding",
+      "upgrade",
+      "Expect",
+      "Keep-Alive",
+      "Connection",
+      "TE",
+      "Trailer",
+      "Proxy-Authorization",
+      "proxy-connection",
+      "proxy-anything",
+      "HTTP2-Settings",
+      "Host",
+      "Content-Length",
+    ];
+    for (const name of transport) {
+      expect(isReservedHeader(name), name).toBe(true);
+      expect(() => parseWebhookSettings({ headers: { [name]: "v" } }), name).toThrow(
+        new RegExp(`${name} cannot be set \\(a header of the HTTP connection`),
+      );
+    }
+    expect(() => parseWebhookSettings({ headers: { "User-Agent": "mine/1" } })).toThrow(
+      /User-Agent cannot be set \(every delivery sends User-Agent: Tributary-Webhooks\/1\)/,
+    );
+    for (const name of ["x-proxy", "expected", "teapot", "x-connection", "user-agents"]) expect(isReservedHeader(name), name).toBe(false);
+  });
+
   it("refuses out-of-range and malformed values with a ValidationError naming the field", () => {
     const bad: [Record<string, unknown>, string][] = [
       [{ timeout_ms: 99 }, "timeout_ms"],
