@@ -162,6 +162,7 @@ export function createCore(o: CoreOptions) {
     sources,
     webhooks: new WebhookService(stores.webhooks, stores.subscriptions, ctx.randomBytes, {
       secretRotationOverlapMs: config.webhookSecretRotationOverlapSeconds * 1000,
+      settingRules: { maxRetrySpanHours: config.maxRetrySpanHours },
       health,
       dropEvents: (userId, id) => stores.events.dropEmitter(userId, id),
       circuits: circuitStore,

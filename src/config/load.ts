@@ -1,3 +1,4 @@
+import { retrySpanProblem } from "../domain/webhook-settings.js";
 import { envSchema, type Config, type Env, type RedisHaConfig } from "./schema.js";
 
 export class ConfigError extends Error {}
@@ -21,6 +22,8 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     throw new ConfigError(`invalid ${name}: ${issue?.message ?? "invalid value"}`);
   }
   const e = parsed.data;
+  const tooLong = retrySpanProblem(e.DELIVERY_RETRY_SCHEDULE, e.MAX_RETRY_SPAN_HOURS);
+  if (tooLong) throw new ConfigError(`invalid DELIVERY_RETRY_SCHEDULE: ${tooLong}; shorten it or raise MAX_RETRY_SPAN_HOURS`);
   const redisHa = redisHaConfig(e);
   return Object.freeze({
     port: e.PORT,
@@ -37,6 +40,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     roles: Object.freeze([...new Set(e.ROLES)]),
     allowPrivateDestinations: e.ALLOW_PRIVATE_DESTINATIONS,
     deliveryRetryScheduleMs: Object.freeze(e.DELIVERY_RETRY_SCHEDULE),
+    maxRetrySpanHours: e.MAX_RETRY_SPAN_HOURS,
     deliveryTimeoutMs: e.DELIVERY_TIMEOUT_MS,
     deliveryConcurrency: e.DELIVERY_CONCURRENCY,
     deliveryDirectConcurrency: e.DELIVERY_DIRECT_CONCURRENCY,

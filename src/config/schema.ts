@@ -3,6 +3,7 @@ import { MAX_CIRCUIT_COOLDOWN_MS } from "../domain/circuit.js";
 import { parseDuration, parseDurationList } from "../domain/duration.js";
 import type { UserLimits } from "../domain/limits.js";
 import { DEFAULT_OUTBOX_SHARDS, MAX_SHARDS } from "../domain/shards.js";
+import { DEFAULT_MAX_RETRY_SPAN_HOURS } from "../domain/webhook-settings.js";
 import { type HostPort, parseHostList } from "./host-list.js";
 
 /**
@@ -127,6 +128,8 @@ export const envSchema = z.object({
       }
       return list;
     }),
+  /** The longest the delays of one retry schedule may add up to (DELIVERY_RETRY_SCHEDULE and each webhook's retry_schedule). */
+  MAX_RETRY_SPAN_HOURS: int(1, 100_000).default(DEFAULT_MAX_RETRY_SPAN_HOURS),
   /** Per-attempt delivery timeout. */
   DELIVERY_TIMEOUT_MS: int(100, 600_000).default(15_000),
   /** Concurrent delivery attempts per worker process. */
@@ -271,6 +274,8 @@ export interface Config {
   readonly roles: readonly Role[];
   readonly allowPrivateDestinations: boolean;
   readonly deliveryRetryScheduleMs: readonly number[];
+  /** MAX_RETRY_SPAN_HOURS: how long a retry schedule's delays may add up to. */
+  readonly maxRetrySpanHours: number;
   readonly deliveryTimeoutMs: number;
   readonly deliveryConcurrency: number;
   readonly deliveryDirectConcurrency: number;

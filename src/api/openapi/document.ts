@@ -113,7 +113,12 @@ const webhookParams = (urlRequired: boolean): readonly Param[] => [
       "Static request headers (a JSON object); refused: webhook-*, x-tributary-*, content-type, user-agent, and the connection's own (host, content-length, transfer-encoding, connection, keep-alive, upgrade, expect, te, trailer, http2-settings, proxy-*); null clears",
   },
   { name: "timeout_ms", schema: { type: "integer", minimum: 100, maximum: 60000 }, description: "Attempt timeout in ms; null clears" },
-  { name: "retry_schedule", schema: str, description: "Delays between attempts, as DELIVERY_RETRY_SCHEDULE (5s,5m,30m); null clears" },
+  {
+    name: "retry_schedule",
+    schema: str,
+    description:
+      "Delays between attempts, as DELIVERY_RETRY_SCHEDULE (5s,5m,30m): at most 20, adding up to at most MAX_RETRY_SPAN_HOURS (72 h by default); null clears",
+  },
   {
     name: "rate_limit_per_second",
     schema: { type: "integer", minimum: 1, maximum: 10000 },

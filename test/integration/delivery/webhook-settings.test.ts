@@ -90,6 +90,7 @@ describe("per-webhook settings", () => {
       [{ retry_schedule: "5s,,5s" }, /retry_schedule/],
       [{ retry_schedule: 5 }, /retry_schedule/],
       [{ retry_schedule: Array(21).fill("1s").join(",") }, /retry_schedule/],
+      [{ retry_schedule: Array(20).fill("1000h").join(",") }, /retry_schedule is too long: its delays add up to 20000h, more than the 72h/],
       [{ rate_limit_per_second: 0 }, /rate_limit_per_second/],
       [{ rate_limit_per_second: -1 }, /rate_limit_per_second/],
       [{ rate_limit_per_second: "fast" }, /rate_limit_per_second/],

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ValidationError } from "../../../src/domain/errors.js";
-import { isReservedHeader, parseWebhookSettings, retryScheduleMs } from "../../../src/domain/webhook-settings.js";
+import { isReservedHeader, parseWebhookSettings, retryScheduleMs, retrySpanProblem } from "../../../src/domain/webhook-settings.js";
 
 describe("per-webhook settings (domain/webhook-settings.ts)", () => {
   it("reads only the settings given; null and empty text clear them", () => {
@@ -96,6 +96,19 @@ describe("per-webhook settings (domain/webhook-settings.ts)", () => {
       expect(thrown, JSON.stringify(params).slice(0, 80)).toBeInstanceOf(ValidationError);
       expect((thrown as Error).message).toContain(field);
     }
+  });
+
+  it("caps the span of a retry_schedule (MAX_RETRY_SPAN_HOURS), saying the cap in the message", () => {
+    const twentyLong = Array(20).fill("1000h").join(",");
+    expect(() => parseWebhookSettings({ retry_schedule: twentyLong })).toThrow(
+      "retry_schedule is too long: its delays add up to 20000h, more than the 72h a failing delivery may be retried for (MAX_RETRY_SPAN_HOURS)",
+    );
+    expect(() => parseWebhookSettings({ retry_schedule: "1s" }, { maxRetrySpanHours: 1 })).not.toThrow();
+    expect(() => parseWebhookSettings({ retry_schedule: "30m,30m,1s" }, { maxRetrySpanHours: 1 })).toThrow(
+      /add up to 1h, more than the 1h/,
+    );
+    expect(parseWebhookSettings({ retry_schedule: "24h,24h,24h" })).toEqual({ retry_schedule: "24h,24h,24h" });
+    expect(retrySpanProblem([5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000], 72)).toBeUndefined();
   });
 
   it("parses a stored schedule back to its delays", () => {
