@@ -103,7 +103,13 @@ const subscriptionParams = (required: boolean): readonly Param[] => [
   eventName,
 ];
 const webhookParams = (urlRequired: boolean): readonly Param[] => [
-  { name: "url", schema: { type: "string", format: "uri" }, description: "http(s) URL with a hostname", required: urlRequired },
+  {
+    name: "url",
+    schema: { type: "string", format: "uri" },
+    description:
+      "http(s) URL with a hostname; unless ALLOW_PRIVATE_DESTINATIONS is on, localhost, *.localhost and loopback, private or link-local IP literals are refused",
+    required: urlRequired,
+  },
   { name: "name", schema: str, description: "Shown when listing webhooks" },
   { name: "description", schema: str, description: "Shown when listing webhooks" },
   {
@@ -395,7 +401,11 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
       summary: "Register or update a workflow",
       query: [
         { name: "name", schema: { type: ["string", "null"] }, description: "Display name" },
-        { name: "trigger_url", schema: { type: ["string", "null"] }, description: "Where deliveries to it are POSTed" },
+        {
+          name: "trigger_url",
+          schema: { type: ["string", "null"] },
+          description: "Where deliveries to it are POSTed (refused like a webhook's url)",
+        },
       ],
       jsonBody: true,
       ok: { status: 200, description: "The workflow", schema: data(ref("Workflow")) },
