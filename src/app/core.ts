@@ -92,7 +92,7 @@ export function createCore(o: CoreOptions) {
     webhooks: new WebhookStore(ctx, config.limits),
     subscriptions: new SubscriptionStore(ctx, config.limits),
     workflows: new WorkflowStore(ctx, config.limits),
-    events: new EventStore(redis, keys),
+    events: new EventStore(redis, keys, undefined, config.limits),
     attemptLog: new AttemptLog(redis, keys, config.deliveryLogLimit, Date.now),
     replays: new ReplayStore(ctx),
   };

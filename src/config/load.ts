@@ -71,6 +71,8 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
       subscriptions: e.MAX_SUBSCRIPTIONS_PER_USER,
       autoSubscriptions: e.MAX_AUTO_SUBSCRIPTIONS_PER_USER,
       componentBytes: e.MAX_COMPONENT_BYTES_PER_USER,
+      streams: e.MAX_STREAMS_PER_USER,
+      storedBytes: e.MAX_STORED_MB_PER_USER * 1024 * 1024,
       listenersPerEmitter: e.MAX_LISTENERS_PER_EMITTER,
       ingressEventsPerSecond: e.INGRESS_EVENTS_PER_SECOND_PER_USER,
       ingressBurstEvents: e.INGRESS_BURST_EVENTS_PER_USER,

@@ -212,6 +212,10 @@ export const envSchema = z.object({
   MAX_AUTO_SUBSCRIPTIONS_PER_USER: int(0, 1_000_000_000).default(100),
   /** Bytes one user's saved components may take: each one's record (code, metadata) plus its compiled bundle. */
   MAX_COMPONENT_BYTES_PER_USER: int(0, 1_000_000_000_000).default(100 * 1024 * 1024),
+  /** Event streams one user may have (one per emitter and event name); an emit onto a new name past it is a 429. */
+  MAX_STREAMS_PER_USER: int(0, 1_000_000_000).default(10_000),
+  /** MiB the events kept in one user's streams may take (their summary records); an emit that would grow past it is a 429. */
+  MAX_STORED_MB_PER_USER: int(0, 1_000_000_000).default(100),
   /** Subscriptions one event may match: those of its emitter on its channel plus the matching glob's. */
   MAX_LISTENERS_PER_EMITTER: int(0, 1_000_000_000).default(100),
   /** Events per second one user may send in: workflow emits (each event of a batch) and HTTP source requests. */
