@@ -396,6 +396,8 @@ describe("GET /users/me limits", () => {
       subscriptions: { limit: 6, used: 1 },
       auto_subscriptions: { limit: 2, used: 1 },
       component_bytes: { limit: 20_000, used: expect.any(Number) },
+      streams: { limit: 10_000, used: 0 },
+      stored_bytes: { limit: 100 * 1024 * 1024, used: 0 },
       listeners_per_emitter: { limit: 3 },
       ingress_events_per_second: { limit: 1, burst: 50 },
     });
