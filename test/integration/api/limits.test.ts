@@ -10,11 +10,13 @@ import {
   createWebhook,
   emit,
   expectError,
+  expectLimit,
   expectStatus,
   HTTP_ESM,
   type Json,
   subscribe,
   uniqueComponent,
+  usage,
   workflowId,
 } from "./support.js";
 
@@ -46,19 +48,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await td?.close();
 });
-
-/** A 429 `limit_exceeded` naming the limit, with the nominal Retry-After. */
-function expectLimit(res: Reply, name: string): void {
-  expectError(res, 429, new RegExp(`^${name} limit reached`));
-  expect(res.body.code).toBe("limit_exceeded");
-  expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
-}
-
-async function usage(api: Client): Promise<Json> {
-  const res = await api.get("/v1/users/me");
-  expectStatus(res, 200);
-  return res.body.data.limits;
-}
 
 const tag = () => randomBytes(4).toString("hex");
 const putWorkflow = (api: Client, id = workflowId()) => api.put(`/v1/workflows/${id}`, { json: { name: id } });

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Client, Reply, TestDaemon } from "../../helpers/daemon.js";
+import type { Client, TestDaemon } from "../../helpers/daemon.js";
 import { startTestDaemon } from "../../helpers/daemon.js";
 import { waitFor } from "../../helpers/wait.js";
-import { createSource, expectError, expectStatus, type Json, workflowId } from "./support.js";
+import { createSource, expectLimit, expectStatus, type Json, usage, workflowId } from "./support.js";
 
 /**
  * What one user's event streams may hold (MAX_STREAMS_PER_USER, MAX_STORED_MB_PER_USER): checked
@@ -22,18 +22,6 @@ afterAll(async () => {
 
 const MB = 1024 * 1024;
 
-function expectLimit(res: Reply, name: string): void {
-  expectError(res, 429, new RegExp(`^${name} limit reached`));
-  expect(res.body.code).toBe("limit_exceeded");
-  expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
-}
-
-async function limits(api: Client): Promise<Json> {
-  const res = await api.get("/v1/users/me");
-  expectStatus(res, 200);
-  return res.body.data.limits;
-}
-
 const post = (api: Client, workflow: string, body: unknown) => api.post(`/v1/workflows/${workflow}/events`, { json: body });
 
 /** A source that emits each request's body onto the event name the body gives. */
@@ -51,7 +39,7 @@ describe("storage limits per user", () => {
     const q = workflowId();
     for (const name of ["a", "b", "c"]) expectStatus(await post(u.api, p, { event: { name }, name }), 202);
     expectStatus(await post(u.api, q, { event: 1, name: "x" }), 202);
-    expect((await limits(u.api)).streams).toEqual({ limit: 4, used: 4 });
+    expect((await usage(u.api)).streams).toEqual({ limit: 4, used: 4 });
 
     const refused = await post(u.api, p, { event: { over: true }, name: "d" });
     expectLimit(refused, "streams");
@@ -69,9 +57,9 @@ describe("storage limits per user", () => {
       202,
     );
 
-    const before = (await limits(u.api)).stored_bytes.used;
+    const before = (await usage(u.api)).stored_bytes.used;
     expectStatus(await u.api.del(`/v1/workflows/${q}`), 204);
-    const after = await limits(u.api);
+    const after = await usage(u.api);
     expect(after.streams).toEqual({ limit: 4, used: 3 });
     expect(after.stored_bytes.used).toBeLessThan(before);
     expectStatus(await post(u.api, p, { event: { now: "room" }, name: "d" }), 202);
@@ -82,7 +70,7 @@ describe("storage limits per user", () => {
     const p = workflowId();
     const big = "x".repeat(250_000);
     for (let i = 0; i < 4; i++) expectStatus(await post(u.api, p, { event: { big, i } }), 202);
-    const shown = await limits(u.api);
+    const shown = await usage(u.api);
     expect(shown.stored_bytes.limit).toBe(MB);
     expect(shown.stored_bytes.used).toBeGreaterThan(4 * 250_000);
     expect(shown.stored_bytes.used).toBeLessThanOrEqual(MB);
@@ -91,13 +79,13 @@ describe("storage limits per user", () => {
     const refused = await post(u.api, p, { event: { big, i: 4 } });
     expectLimit(refused, "stored_bytes");
     expect(refused.body.error).toMatch(/event streams hold \d+ bytes and these events need \d+ more, at most 1048576 are allowed/);
-    expect((await limits(u.api)).stored_bytes.used).toBe(shown.stored_bytes.used);
+    expect((await usage(u.api)).stored_bytes.used).toBe(shown.stored_bytes.used);
     // Another user is not held back by this one's storage.
     const other = await td.createUser();
     expectStatus(await post(other.api, workflowId(), { event: { big } }), 202);
 
     expectStatus(await u.api.del(`/v1/workflows/${p}`), 204);
-    expect((await limits(u.api)).stored_bytes).toEqual({ limit: MB, used: 0 });
+    expect((await usage(u.api)).stored_bytes).toEqual({ limit: MB, used: 0 });
     expectStatus(await post(u.api, p, { event: { big, i: 5 } }), 202);
   });
 
@@ -119,15 +107,15 @@ describe("storage limits per user", () => {
       await send(name);
       await waitFor(async () => (await summaries(name)).length === 1, { what: `the source's emit onto ${name}` });
     }
-    expect((await limits(u.api)).streams).toEqual({ limit: 4, used: 4 });
+    expect((await usage(u.api)).streams).toEqual({ limit: 4, used: 4 });
     await send("s5");
     await send("s1");
     // The run that emitted onto s1 (an existing stream) was recorded; s5's never was.
     await waitFor(async () => (await summaries("s1")).length === 2, { what: "the second emit onto s1" });
     expect(await summaries("s5")).toEqual([]);
-    expect((await limits(u.api)).streams.used).toBe(4);
+    expect((await usage(u.api)).streams.used).toBe(4);
 
     expectStatus(await u.api.del(`/v1/sources/${source.id}`), 204);
-    expect((await limits(u.api)).streams).toEqual({ limit: 4, used: 0 });
+    expect((await usage(u.api)).streams).toEqual({ limit: 4, used: 0 });
   });
 });
