@@ -20,6 +20,7 @@ import { SourceCache } from "../store/source-cache.js";
 import { createRuntime } from "../runtime/index.js";
 import { createComponentFetcher } from "../services/component-fetcher.js";
 import { ComponentService } from "../services/components.js";
+import { destinationCheck } from "../services/destinations.js";
 import { IngressRate } from "../services/ingress-rate.js";
 import { SourceService } from "../services/sources.js";
 import { SubscriptionService } from "../services/subscriptions.js";
@@ -91,7 +92,7 @@ export function createCore(o: CoreOptions) {
     webhooks: new WebhookStore(ctx, config.limits),
     subscriptions: new SubscriptionStore(ctx, config.limits),
     workflows: new WorkflowStore(ctx, config.limits),
-    events: new EventStore(redis, keys),
+    events: new EventStore(redis, keys, undefined, config.limits),
     attemptLog: new AttemptLog(redis, keys, config.deliveryLogLimit, Date.now),
     replays: new ReplayStore(ctx),
   };
@@ -113,7 +114,9 @@ export function createCore(o: CoreOptions) {
   shutdown.on("resources", "analyzer", () => analyzer.close());
   const fetcher = createComponentFetcher({ agent, timeoutMs: config.componentFetchTimeoutMs, maxBytes: config.componentFetchMaxBytes });
   const components = new ComponentService(stores.components, analyzer, fetcher, o.registryDir);
-  const workflows = new WorkflowService(stores.workflows, stores.subscriptions, stores.events);
+  // Destinations that name a private address are refused when stored, unless they are allowed.
+  const checkDestination = destinationCheck(config.allowPrivateDestinations);
+  const workflows = new WorkflowService(stores.workflows, stores.subscriptions, stores.events, checkDestination);
   // One token bucket per user for workflow emits and HTTP source requests.
   const { ingressEventsPerSecond: perSecond, ingressBurstEvents: burst } = config.limits;
   const ingressRate = new IngressRate(new RateLimiter(redis, perSecond, burst), (userId) => keys.ingressRate(userId), { perSecond, burst });
@@ -162,6 +165,8 @@ export function createCore(o: CoreOptions) {
     sources,
     webhooks: new WebhookService(stores.webhooks, stores.subscriptions, ctx.randomBytes, {
       secretRotationOverlapMs: config.webhookSecretRotationOverlapSeconds * 1000,
+      checkUrl: checkDestination,
+      settingRules: { maxRetrySpanHours: config.maxRetrySpanHours },
       health,
       dropEvents: (userId, id) => stores.events.dropEmitter(userId, id),
       circuits: circuitStore,

@@ -1,3 +1,4 @@
+import { retrySpanProblem } from "../domain/webhook-settings.js";
 import { envSchema, type Config, type Env, type RedisHaConfig } from "./schema.js";
 
 export class ConfigError extends Error {}
@@ -21,6 +22,8 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     throw new ConfigError(`invalid ${name}: ${issue?.message ?? "invalid value"}`);
   }
   const e = parsed.data;
+  const tooLong = retrySpanProblem(e.DELIVERY_RETRY_SCHEDULE, e.MAX_RETRY_SPAN_HOURS);
+  if (tooLong) throw new ConfigError(`invalid DELIVERY_RETRY_SCHEDULE: ${tooLong}; shorten it or raise MAX_RETRY_SPAN_HOURS`);
   const redisHa = redisHaConfig(e);
   const publicUrl = (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, "");
   return Object.freeze({
@@ -40,6 +43,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
     roles: Object.freeze([...new Set(e.ROLES)]),
     allowPrivateDestinations: e.ALLOW_PRIVATE_DESTINATIONS,
     deliveryRetryScheduleMs: Object.freeze(e.DELIVERY_RETRY_SCHEDULE),
+    maxRetrySpanHours: e.MAX_RETRY_SPAN_HOURS,
     deliveryTimeoutMs: e.DELIVERY_TIMEOUT_MS,
     deliveryConcurrency: e.DELIVERY_CONCURRENCY,
     deliveryDirectConcurrency: e.DELIVERY_DIRECT_CONCURRENCY,
@@ -70,6 +74,8 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
       subscriptions: e.MAX_SUBSCRIPTIONS_PER_USER,
       autoSubscriptions: e.MAX_AUTO_SUBSCRIPTIONS_PER_USER,
       componentBytes: e.MAX_COMPONENT_BYTES_PER_USER,
+      streams: e.MAX_STREAMS_PER_USER,
+      storedBytes: e.MAX_STORED_MB_PER_USER * 1024 * 1024,
       listenersPerEmitter: e.MAX_LISTENERS_PER_EMITTER,
       ingressEventsPerSecond: e.INGRESS_EVENTS_PER_SECOND_PER_USER,
       ingressBurstEvents: e.INGRESS_BURST_EVENTS_PER_USER,

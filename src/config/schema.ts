@@ -3,6 +3,7 @@ import { MAX_CIRCUIT_COOLDOWN_MS } from "../domain/circuit.js";
 import { parseDuration, parseDurationList } from "../domain/duration.js";
 import type { UserLimits } from "../domain/limits.js";
 import { DEFAULT_OUTBOX_SHARDS, MAX_SHARDS } from "../domain/shards.js";
+import { DEFAULT_MAX_RETRY_SPAN_HOURS } from "../domain/webhook-settings.js";
 import { type HostPort, parseHostList } from "./host-list.js";
 
 /**
@@ -138,6 +139,8 @@ export const envSchema = z.object({
       }
       return list;
     }),
+  /** The longest the delays of one retry schedule may add up to (DELIVERY_RETRY_SCHEDULE and each webhook's retry_schedule). */
+  MAX_RETRY_SPAN_HOURS: int(1, 100_000).default(DEFAULT_MAX_RETRY_SPAN_HOURS),
   /** Per-attempt delivery timeout. */
   DELIVERY_TIMEOUT_MS: int(100, 600_000).default(15_000),
   /** Concurrent delivery attempts per worker process. */
@@ -220,6 +223,10 @@ export const envSchema = z.object({
   MAX_AUTO_SUBSCRIPTIONS_PER_USER: int(0, 1_000_000_000).default(100),
   /** Bytes one user's saved components may take: each one's record (code, metadata) plus its compiled bundle. */
   MAX_COMPONENT_BYTES_PER_USER: int(0, 1_000_000_000_000).default(100 * 1024 * 1024),
+  /** Event streams one user may have (one per emitter and event name); an emit onto a new name past it is a 429. */
+  MAX_STREAMS_PER_USER: int(0, 1_000_000_000).default(10_000),
+  /** MiB the events kept in one user's streams may take (their summary records); an emit that would grow past it is a 429. */
+  MAX_STORED_MB_PER_USER: int(0, 1_000_000_000).default(100),
   /** Subscriptions one event may match: those of its emitter on its channel plus the matching glob's. */
   MAX_LISTENERS_PER_EMITTER: int(0, 1_000_000_000).default(100),
   /** Events per second one user may send in: workflow emits (each event of a batch) and HTTP source requests. */
@@ -295,6 +302,8 @@ export interface Config {
   readonly roles: readonly Role[];
   readonly allowPrivateDestinations: boolean;
   readonly deliveryRetryScheduleMs: readonly number[];
+  /** MAX_RETRY_SPAN_HOURS: how long a retry schedule's delays may add up to. */
+  readonly maxRetrySpanHours: number;
   readonly deliveryTimeoutMs: number;
   readonly deliveryConcurrency: number;
   readonly deliveryDirectConcurrency: number;

@@ -2,6 +2,7 @@ import { signatureHeader, signPayload } from "../domain/signing.js";
 import type { DeliveryJob } from "../queue/catalog.js";
 import type { SendRequest } from "./sender.js";
 import { eventNameHeader } from "../domain/channel-name.js";
+import { DELIVERY_USER_AGENT, isReservedHeader } from "../domain/webhook-settings.js";
 
 /** Where an attempt goes: a webhook's URL and signing secret, or a workflow's trigger_url (no secret). */
 export interface Destination {
@@ -29,7 +30,7 @@ export function prepareRequest(job: DeliveryJob, to: Destination, headerAttempt:
   // One literal (no spreads or Object.assign): this runs once per attempt.
   const headers: Record<string, string> = {
     "content-type": "application/json",
-    "user-agent": "Tributary-Webhooks/1",
+    "user-agent": DELIVERY_USER_AGENT,
     "x-tributary-emitter-id": job.emitterId,
     "x-tributary-event-id": job.eventId,
     "x-tributary-event-name": eventNameHeader(job.channel),
@@ -44,7 +45,9 @@ export function prepareRequest(job: DeliveryJob, to: Destination, headerAttempt:
       ? signatureHeader([to.secret, to.previousSecret], job.deliveryId, timestamp, job.payload)
       : signPayload(to.secret, job.deliveryId, timestamp, job.payload);
   if (to.headers) {
-    for (const name in to.headers) if (!(name in headers)) headers[name] = to.headers[name] as string;
+    // A header the API refuses today may be stored from before that rule: it is left out rather
+    // than failing every attempt.
+    for (const name in to.headers) if (!(name in headers) && !isReservedHeader(name)) headers[name] = to.headers[name] as string;
   }
   return to.timeoutMs ? { url: to.url, body: job.payload, headers, timeoutMs: to.timeoutMs } : { url: to.url, body: job.payload, headers };
 }

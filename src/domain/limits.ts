@@ -14,6 +14,10 @@ export interface UserLimits {
   readonly autoSubscriptions: number;
   /** Bytes of the user's stored components: each one's record (code and metadata) plus its compiled bundle. */
   readonly componentBytes: number;
+  /** Event streams one user may have: one per emitter and event name (channel), `$errors` and `$logs` included. */
+  readonly streams: number;
+  /** Bytes the user's event streams may hold: each kept event's summary record (payload, emit id, metadata). */
+  readonly storedBytes: number;
   /** Subscriptions one event of an emitter may match on one channel (exact emitter + its glob). */
   readonly listenersPerEmitter: number;
   /** Workflow emits and HTTP source requests, per second, per user. */
@@ -23,7 +27,7 @@ export interface UserLimits {
 }
 
 /** The limits counted by how many things the user keeps, as named in `GET /users/me` and in errors. */
-export type CountedLimit = "workflows" | "sources" | "components" | "webhooks" | "subscriptions" | "auto_subscriptions";
+export type CountedLimit = "workflows" | "sources" | "components" | "webhooks" | "subscriptions" | "auto_subscriptions" | "streams";
 
 /** What the user keeps now, for `GET /users/me`. */
 export interface ResourceUsageCounts {
@@ -34,6 +38,8 @@ export interface ResourceUsageCounts {
   readonly subscriptions: number;
   readonly auto_subscriptions: number;
   readonly component_bytes: number;
+  readonly streams: number;
+  readonly stored_bytes: number;
 }
 
 /**
@@ -49,6 +55,7 @@ const NOUNS: Record<CountedLimit, string> = {
   webhooks: "webhooks",
   subscriptions: "subscriptions",
   auto_subscriptions: "auto-subscriptions",
+  streams: "event streams (one per emitter and event name)",
 };
 
 /** The limit as `GET /users/me` shows it: null for unlimited (configured 0). */
@@ -89,6 +96,27 @@ export function componentBytesExceeded(used: number, size: number, limit: number
   );
 }
 
+/**
+ * 429 `limit_exceeded`: the event names a stream the user does not have yet, and they have as many
+ * as they may. Their existing streams keep taking events.
+ */
+export function streamLimitReached(used: number, limit: number): TooManyRequestsError {
+  return new TooManyRequestsError(
+    `streams limit reached: this user has ${used} event streams (one per emitter and event name), at most ${limit} are allowed; emit onto the names in use, or delete events, workflows or sources to make room (limits and usage: GET /v1/users/me)`,
+    LIMIT_RETRY_AFTER_SECONDS,
+    "limit_exceeded",
+  );
+}
+
+/** 429 `limit_exceeded`: recording these events would take the user's streams past the bytes they may hold. */
+export function storedBytesLimitReached(used: number, adding: number, limit: number): TooManyRequestsError {
+  return new TooManyRequestsError(
+    `stored_bytes limit reached: this user's event streams hold ${used} bytes and these events need ${adding} more, at most ${limit} are allowed; delete events, or emit onto streams whose oldest events they replace (limits and usage: GET /v1/users/me)`,
+    LIMIT_RETRY_AFTER_SECONDS,
+    "limit_exceeded",
+  );
+}
+
 /** 413 when a batch is larger than the bucket can ever hold; retrying it would never succeed. */
 export function ingressBatchTooLarge(events: number, burst: number): PayloadTooLargeError {
   return new PayloadTooLargeError(
@@ -116,6 +144,8 @@ export function limitsView(limits: UserLimits, used: ResourceUsageCounts) {
     subscriptions: counted(limits.subscriptions, used.subscriptions),
     auto_subscriptions: counted(limits.autoSubscriptions, used.auto_subscriptions),
     component_bytes: counted(limits.componentBytes, used.component_bytes),
+    streams: counted(limits.streams, used.streams),
+    stored_bytes: counted(limits.storedBytes, used.stored_bytes),
     listeners_per_emitter: { limit: shownLimit(limits.listenersPerEmitter) },
     ingress_events_per_second: {
       limit: shownLimit(limits.ingressEventsPerSecond),
@@ -133,6 +163,8 @@ export const UNLIMITED: UserLimits = Object.freeze({
   subscriptions: 0,
   autoSubscriptions: 0,
   componentBytes: 0,
+  streams: 0,
+  storedBytes: 0,
   listenersPerEmitter: 0,
   ingressEventsPerSecond: 0,
   ingressBurstEvents: 0,

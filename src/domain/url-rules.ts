@@ -42,6 +42,25 @@ export function validateWebhookUrl(input: unknown, name = "url"): string {
   return input;
 }
 
+/** A host the URL parser wrote as an IPv4 address (it canonicalises 127.1, 0x7f.0.0.1 and 2130706433 to dotted quads). */
+const IPV4_HOST = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$/;
+
+/**
+ * Why a destination URL (valid for `validateWebhookUrl`) is refused while private destinations
+ * are not allowed, or undefined: its host is `localhost` or a name under `.localhost` (loopback
+ * by RFC 6761, whatever DNS says), or an IP literal that `isPrivateIp` (net/private-address.ts:
+ * loopback, private, link-local, ...) refuses. Names are not resolved here: one that resolves to
+ * such an address, now or later, is refused by the connect-time guard on each attempt.
+ */
+export function privateDestinationProblem(url: string, isPrivateIp: (ip: string) => boolean): string | undefined {
+  const host = new URL(url).hostname.toLowerCase().replace(/\.$/, "");
+  const rule = "this daemon does not deliver to loopback, private or link-local destinations (ALLOW_PRIVATE_DESTINATIONS is off)";
+  if (host === "localhost" || host.endsWith(".localhost")) return `names ${host}, a loopback name; ${rule}`;
+  const ip = host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : IPV4_HOST.test(host) ? host : undefined;
+  if (ip !== undefined && isPrivateIp(ip)) return `names ${ip}, a loopback, private or link-local address; ${rule}`;
+  return undefined;
+}
+
 /**
  * GitHub `blob` pages are HTML; the component code is served raw from raw.githubusercontent.com.
  * `https://github.com/o/r/blob/ref/path` → `https://raw.githubusercontent.com/o/r/ref/path`; any

@@ -1,9 +1,10 @@
 import { channelNameProblem } from "../domain/channel-name.js";
 import { MAX_EMIT_ID_LENGTH, MAX_SUMMARY_LENGTH } from "../domain/emit-rules.js";
-import { ValidationError } from "../domain/errors.js";
+import { type TooManyRequestsError, ValidationError } from "../domain/errors.js";
+import { storedBytesLimitReached, streamLimitReached } from "../domain/limits.js";
 import { newId, type RandomBytes } from "../domain/ids.js";
 import type { Metrics } from "../observability/metrics.js";
-import type { EmitMeta, EmitterKind, EventStore, GuardKeyOf, IngressCharge, NewEvent } from "../store/events.js";
+import type { EmitMeta, EmitterKind, EventStore, GuardKeyOf, IngressCharge, NewEvent, StorageRefusal } from "../store/events.js";
 
 export const MAX_BATCH = 1000;
 
@@ -60,6 +61,11 @@ export function parseEmitBody(body: unknown): { batch: boolean; emits: EmitInput
     return { batch: true, emits: list.map((item, i) => parseEmit(item, `events[${i}].`)) };
   }
   return { batch: false, emits: [parseEmit(body)] };
+}
+
+/** The 429 of a record the user's storage limits refused (nothing of the request was recorded). */
+function storageLimitError(r: StorageRefusal): TooManyRequestsError {
+  return r.limit === "streams" ? streamLimitReached(r.streams, r.max) : storedBytesLimitReached(r.bytes, r.adding, r.max);
 }
 
 /**
@@ -145,6 +151,7 @@ export class Ingest {
         // The bucket could not pay: nothing of the request was recorded (the charge is the first step).
         throw this.rate ? this.rate.refused(recorded.waitMs) : new Error("an ingress charge without an ingress rate");
       }
+      if ("refused" in recorded) throw storageLimitError(recorded.refused);
       unpaid = undefined;
       ids.push(...recorded.ids);
       this.metrics.countIngested(kind, channel, run.length);

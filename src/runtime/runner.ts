@@ -1,5 +1,6 @@
 import type { RedisClient } from "../store/context.js";
 import { applyDedupe } from "../domain/dedupe.js";
+import { AppError } from "../domain/errors.js";
 import { newId, type RandomBytes } from "../domain/ids.js";
 import type { EmitInput, Ingest } from "../events/ingest.js";
 import type { Logger } from "../observability/logger.js";
@@ -196,8 +197,25 @@ export class SourceRunner {
       },
     }));
     for (const log of result.logs) records.push({ event: { ts: log.ts, k: log.k, msg: log.msg }, name: "$logs", meta: {} });
-    if (records.length > 0) await d.ingest.recordFor(userId, source.id, "source", records, hops);
+    if (records.length > 0) await this.recordEmits(source, records, originalEvent, hops);
     if (result.error) await this.recordError(source, result.error, originalEvent, hops);
+  }
+
+  /**
+   * Records a run's emits. Past one of the user's storage limits (429 limit_exceeded) running again
+   * cannot help, so the run is not failed for it: the refusal goes to the source's $errors (when
+   * that stream can take it) and to the log.
+   */
+  private async recordEmits(source: SourceRecord, records: readonly EmitInput[], originalEvent: unknown, hops: number): Promise<void> {
+    const { d } = this;
+    try {
+      await d.ingest.recordFor(source.user_id, source.id, "source", records, hops);
+    } catch (err) {
+      if (!(err instanceof AppError && err.code === "limit_exceeded")) throw err;
+      d.logger.warn({ userId: source.user_id, sourceId: source.id, err: err.message }, "source emits not recorded: storage limit");
+      const error = { code: "LIMIT_EXCEEDED", msg: err.message, stack: "", ts: new Date(d.now()).toISOString() };
+      await this.recordError(source, error, originalEvent, hops).catch(() => undefined);
+    }
   }
 
   /** An $errors record in the documented shape. */

@@ -4,8 +4,9 @@ import { hasIdShape, type RandomBytes } from "../domain/ids.js";
 import type { PageRequest } from "../domain/pagination.js";
 import { generateSigningSecret, parseSigningSecret } from "../domain/signing.js";
 import { validateWebhookUrl } from "../domain/url-rules.js";
-import { parseWebhookSettings } from "../domain/webhook-settings.js";
+import { parseWebhookSettings, type WebhookSettingRules } from "../domain/webhook-settings.js";
 import type { Page } from "../store/listing.js";
+import type { DestinationCheck } from "./destinations.js";
 import type { SubscriptionStore } from "../store/subscriptions.js";
 import type { WebhookPatch, WebhookRecord, WebhookStore } from "../store/webhooks.js";
 
@@ -64,6 +65,10 @@ export function rotationView(w: WebhookRecord) {
 export interface WebhookServiceOptions {
   /** How long a replaced signing secret stays in effect (WEBHOOK_SECRET_ROTATION_OVERLAP_SECONDS, in ms). */
   readonly secretRotationOverlapMs: number;
+  /** The check of a webhook's url (services/destinations.ts); none = any valid http(s) URL. */
+  readonly checkUrl?: DestinationCheck;
+  /** What settings the operator allows (MAX_RETRY_SPAN_HOURS); none = the defaults. */
+  readonly settingRules?: WebhookSettingRules;
   /** Health events (events/health.ts): told when a PUT changes `active`; none = not reported. */
   readonly health?: { activeChanged(userId: string, webhookId: string, active: boolean): Promise<void> };
   /** Drops a deleted webhook's event streams (its health events): `EventStore.dropEmitter`. */
@@ -84,17 +89,21 @@ function optionalText(raw: unknown, name: string): string | null | undefined {
 }
 
 export class WebhookService {
+  private readonly checkUrl: DestinationCheck;
+
   constructor(
     private readonly store: WebhookStore,
     private readonly subscriptions: SubscriptionStore,
     private readonly randomBytes: RandomBytes,
     private readonly opts: WebhookServiceOptions,
-  ) {}
+  ) {
+    this.checkUrl = opts.checkUrl ?? validateWebhookUrl;
+  }
 
   create(userId: string, params: Record<string, unknown>): Promise<WebhookRecord> {
     if (params.url === undefined || params.url === "") throw new ValidationError("url is required");
-    const url = validateWebhookUrl(params.url);
-    const settings = parseWebhookSettings(params);
+    const url = this.checkUrl(params.url);
+    const settings = parseWebhookSettings(params, this.opts.settingRules);
     return this.store.create(userId, {
       settings,
       url,
@@ -146,8 +155,8 @@ export class WebhookService {
   async update(userId: string, id: unknown, params: Record<string, unknown>): Promise<WebhookRecord> {
     const current = await this.get(userId, id);
     // Like name and description: an absent setting stays, null or "" clears it (the default).
-    const patch: WebhookPatch = parseWebhookSettings(params);
-    if (params.url !== undefined) patch.url = validateWebhookUrl(params.url);
+    const patch: WebhookPatch = parseWebhookSettings(params, this.opts.settingRules);
+    if (params.url !== undefined) patch.url = this.checkUrl(params.url);
     const name = optionalText(params.name, "name");
     if (name !== undefined) patch.name = name;
     const description = optionalText(params.description, "description");

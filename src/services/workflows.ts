@@ -3,6 +3,7 @@ import { isWorkflowId } from "../domain/ids.js";
 import type { PageRequest } from "../domain/pagination.js";
 import { validateWebhookUrl } from "../domain/url-rules.js";
 import type { Page } from "../store/listing.js";
+import type { DestinationCheck } from "./destinations.js";
 import type { SubscriptionStore } from "../store/subscriptions.js";
 import type { WorkflowRecord, WorkflowStore } from "../store/workflows.js";
 
@@ -17,6 +18,8 @@ export class WorkflowService {
     private readonly store: WorkflowStore,
     private readonly subscriptions: SubscriptionStore,
     private readonly events: { dropEmitter(userId: string, emitterId: string): Promise<void> },
+    /** The check of a trigger_url (services/destinations.ts). */
+    private readonly checkUrl: DestinationCheck = validateWebhookUrl,
   ) {}
 
   /** Registers a workflow on first sight and applies auto-subscriptions before it emits anything. */
@@ -55,7 +58,7 @@ export class WorkflowService {
     }
     if (params.trigger_url !== undefined) {
       patch.trigger_url =
-        params.trigger_url === null || params.trigger_url === "" ? null : validateWebhookUrl(params.trigger_url, "trigger_url");
+        params.trigger_url === null || params.trigger_url === "" ? null : this.checkUrl(params.trigger_url, "trigger_url");
     }
     const { workflow, created } = await this.store.upsert(userId, id, patch);
     if (created) await this.applyAuto(userId, id);

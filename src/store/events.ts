@@ -4,10 +4,17 @@ import { isEventId } from "../domain/ids.js";
 import { pageInfo, type PageInfo } from "../domain/pagination.js";
 import type { Keys } from "./keys.js";
 import { normalizeChannel } from "./keys.js";
-import { type ChargedRecord, DEFAULT_RECORD_GROUP_LIMITS, type RecordGroupLimits, RecordGroups } from "./record-groups.js";
-import { type GuardKeyOf, RecordTargets } from "./record-targets.js";
+import {
+  type ChargedRecord,
+  DEFAULT_RECORD_GROUP_LIMITS,
+  type RecordGroupLimits,
+  RecordGroups,
+  type StorageRefusal,
+} from "./record-groups.js";
+import { type GuardKeyOf, RecordTargets, type StorageLimits } from "./record-targets.js";
 import { defineScript, writeTogether } from "./script.js";
 import { RECORD_EVENTS } from "./scripts/record-events.js";
+import { StreamDrops } from "./stream-drops.js";
 
 /** Who emits: sources, workflows, and webhooks (their health events, SPEC §12). */
 export type EmitterKind = "source" | "workflow" | "webhook";
@@ -65,7 +72,7 @@ export interface IngressCharge {
   readonly burst: number;
 }
 
-export type { ChargedRecord, GuardKeyOf };
+export type { ChargedRecord, GuardKeyOf, StorageLimits, StorageRefusal };
 
 const TRUNCATE_BYTES = 1024;
 
@@ -99,20 +106,26 @@ export class EventStore {
   /** The record script's keys and shared arguments per user, emitter and channel (store/record-targets.ts). */
   private readonly targets: RecordTargets;
 
+  /** Deletions that give back what they held (store/stream-drops.ts). */
+  private readonly drops: StreamDrops;
+
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
     /** How large one record call may grow (store/record-groups.ts). */
     groupLimits: RecordGroupLimits = DEFAULT_RECORD_GROUP_LIMITS,
+    /** What one user's streams may hold (MAX_STREAMS_PER_USER, MAX_STORED_MB_PER_USER); none = no limit. */
+    storage?: StorageLimits,
   ) {
-    this.targets = new RecordTargets(keys);
+    this.targets = new RecordTargets(keys, storage);
     this.groups = new RecordGroups(defineScript(redis, RECORD_EVENTS), (send) => writeTogether(redis, send), groupLimits);
+    this.drops = new StreamDrops(redis, keys);
   }
 
   /** Records events atomically (summary + the user's shard outbox, one slot); returns their ids in order. */
   async record(input: RecordInput): Promise<string[]> {
     const r = await this.recordGuarded(input, undefined);
-    if (r === null || !("ids" in r)) throw new Error("record: an unguarded, uncharged record always writes");
+    if (r === null || !("ids" in r)) throw new Error("record: an unguarded, uncharged record within the storage limits always writes");
     return r.ids;
   }
 
@@ -171,12 +184,13 @@ export class EventStore {
     return { data, page_info: pageInfo(data, total, (s) => s.id) };
   }
 
-  /** Deletes events of one stream by inclusive id range (both absent = all). */
-  async deleteRange(userId: string, emitterId: string, channel: string, startId: string | null, endId: string | null): Promise<number> {
-    const key = this.keys.events(userId, emitterId, channel);
-    if (startId === null && endId === null) return this.redis.del(key);
-    const ids = ((await this.redis.xrange(key, startId ?? "-", endId ?? "+")) as [string, string[]][]).map(([id]) => id);
-    return ids.length > 0 ? this.redis.xdel(key, ...ids) : 0;
+  /**
+   * Deletes events of one stream by inclusive id range (both absent = the whole stream, which then
+   * no longer counts against MAX_STREAMS_PER_USER); their bytes are given back either way.
+   */
+  deleteRange(userId: string, emitterId: string, channel: string, startId: string | null, endId: string | null): Promise<number> {
+    if (startId === null && endId === null) return this.drops.drop(userId, emitterId, channel, "", "");
+    return this.drops.drop(userId, emitterId, channel, startId ?? "-", endId ?? "+");
   }
 
   /** Channels with a stream for the emitter. */
@@ -184,12 +198,9 @@ export class EventStore {
     return this.redis.smembers(this.keys.eventChannels(userId, emitterId));
   }
 
-  /** Drops every stream of an emitter (workflow or source deletion). */
-  async dropEmitter(userId: string, emitterId: string): Promise<void> {
-    const channels = await this.channels(userId, emitterId);
-    const tx = this.redis.multi().del(this.keys.eventChannels(userId, emitterId));
-    for (const c of channels) tx.del(this.keys.events(userId, emitterId, c));
-    await tx.exec();
+  /** Drops every stream of an emitter (workflow or webhook deletion) and gives back what they held (store/stream-drops.ts). */
+  dropEmitter(userId: string, emitterId: string): Promise<void> {
+    return this.drops.dropEmitter(userId, emitterId);
   }
 }
 

@@ -163,6 +163,13 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
     /** set: channels (normalized, raw) that have an event stream for an emitter, for deletion */
     eventChannels: (userId: string, emitterId: string) => `${u(userId)}:events:${emitterId}:channels-set`,
 
+    /**
+     * hash: what the user's event streams hold, for MAX_STREAMS_PER_USER and MAX_STORED_MB_PER_USER:
+     * `<emitter id>:<channel>` -> bytes of that stream's events, one field per stream, and `bytes`
+     * -> their sum (a stream's field always has a colon; store/scripts/record-events.ts keeps it)
+     */
+    storedStreams: (userId: string) => `${u(userId)}:stored-streams`,
+
     /** zset: the user's open live-tail streams (any process) by the time their process last vouched for them */
     tailStreams: (userId: string) => `${u(userId)}:sse:streams`,
 

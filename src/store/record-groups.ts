@@ -1,18 +1,23 @@
 import type { ScriptCall } from "./script.js";
 
-/** What a charged record answers: the event ids, or the wait until the bucket could pay. */
-export type ChargedRecord = { readonly ids: string[] } | { readonly waitMs: number };
+/** A request the user's storage limits refused (store/scripts/record-events.ts), with what the user holds. */
+export type StorageRefusal =
+  | { readonly limit: "streams"; readonly streams: number; readonly max: number }
+  | { readonly limit: "stored_bytes"; readonly bytes: number; readonly adding: number; readonly max: number };
+
+/** What a charged record answers: the event ids, the wait until the bucket could pay, or a storage limit's refusal. */
+export type ChargedRecord = { readonly ids: string[] } | { readonly waitMs: number } | { readonly refused: StorageRefusal };
 
 /** A request's outcome: null when the guard key is missing (nothing written). */
 export type RecordOutcome = ChargedRecord | null;
 
 /**
- * What one group of requests shares: every key of the record script, and its first six arguments.
+ * What one group of requests shares: every key of the record script, and its first eight arguments.
  * Requests join one call when their keys and shared arguments are the same.
  */
 export interface RecordTarget {
   readonly keys: readonly string[];
-  /** ARGV[1..6] of store/scripts/record-events.ts: user, emitter, channel, kind, the bucket's rate and burst. */
+  /** ARGV[1..8] of store/scripts/record-events.ts: user, emitter, channel, kind, the bucket's rate and burst, the storage limits. */
   readonly shared: readonly string[];
 }
 
@@ -54,12 +59,21 @@ function sameTarget(a: RecordTarget, b: RecordTarget): boolean {
   return true;
 }
 
+/** The record script's status for a refused request: `streams <held> <max>` or `stored_bytes <held> <adding> <max>`. */
+function storageRefusal(status: string): StorageRefusal {
+  const [limit, a, b, c] = status.split(" ");
+  if (limit === "streams") return { limit, streams: Number(a), max: Number(b) };
+  if (limit === "stored_bytes") return { limit, bytes: Number(a), adding: Number(b), max: Number(c) };
+  throw new Error(`the record script answered an unknown status: ${status}`);
+}
+
 /** Request `i`'s outcome in a call's reply. */
 function outcome(replies: unknown, i: number): RecordOutcome {
   if (replies === null) return null;
   const reply = Array.isArray(replies) ? (replies[i] as unknown) : undefined;
   if (typeof reply === "number") return { waitMs: reply };
   if (Array.isArray(reply)) return { ids: reply as string[] };
+  if (typeof reply === "string") return { refused: storageRefusal(reply) };
   throw new Error(`the record script answered no reply for request ${i}`);
 }
 

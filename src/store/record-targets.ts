@@ -26,6 +26,16 @@ interface Entry {
   readonly burst: number;
 }
 
+/** What one user's event streams may hold; 0 = no limit. */
+export interface StorageLimits {
+  /** Streams (one per emitter and channel). */
+  readonly streams: number;
+  /** Bytes of the events' summary records. */
+  readonly storedBytes: number;
+}
+
+const NO_STORAGE_LIMITS: StorageLimits = { streams: 0, storedBytes: 0 };
+
 /** Targets kept before the cache starts over: far more emitter channels than one process records to at once. */
 export const MAX_RECORD_TARGETS = 10_000;
 
@@ -52,6 +62,8 @@ export class RecordTargets {
 
   constructor(
     private readonly keys: Keys,
+    /** What a user's streams may hold (MAX_STREAMS_PER_USER, MAX_STORED_MB_PER_USER in bytes); 0 = no limit. */
+    private readonly storage: StorageLimits = NO_STORAGE_LIMITS,
     private readonly max = MAX_RECORD_TARGETS,
   ) {}
 
@@ -125,6 +137,7 @@ export class RecordTargets {
         glob ? this.keys.subscriptionIndex(userId, glob, channel) : exactIndex,
         guardKey ?? summaryKey,
         bucket?.key ?? summaryKey,
+        this.keys.storedStreams(userId),
       ],
       shared: [
         userId,
@@ -133,6 +146,8 @@ export class RecordTargets {
         kind,
         bucket === undefined ? "0" : String(bucket.perSecond),
         bucket === undefined ? "0" : String(bucket.burst),
+        String(this.storage.streams),
+        String(this.storage.storedBytes),
       ],
     };
   }

@@ -9,6 +9,7 @@ import { defineScript, type ScriptCall } from "./script.js";
 import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
 import { listenerChangeMessage } from "./keys.js";
 import { LocalChanges } from "./local-changes.js";
+import { StreamDrops } from "./stream-drops.js";
 
 export interface SourceRecord {
   id: string;
@@ -39,6 +40,8 @@ export interface EndpointTarget {
 
 export class SourceStore {
   private readonly cappedInsert: ScriptCall;
+  /** Its event streams go with a source, giving back what they held (store/stream-drops.ts). */
+  private readonly streams: StreamDrops;
   /**
    * "<user id> <source id>" of every source saved or deleted by this process, once committed; other
    * processes learn it from `keys.listenerChanges()`, published in the change's transaction
@@ -52,6 +55,7 @@ export class SourceStore {
     private readonly limits: UserLimits = UNLIMITED,
   ) {
     this.cappedInsert = defineScript(ctx.redis, CAPPED_INSERT);
+    this.streams = new StreamDrops(ctx.redis, ctx.keys);
   }
 
   /**
@@ -181,23 +185,23 @@ export class SourceStore {
 
   /**
    * Removes the source and everything that hangs off it in the store (events, db, dedupe state).
-   * The endpoint token goes first (global hash), then the source's keys (one MULTI in the user's
-   * shard): a crash in between leaves a source whose endpoint answers 404, which deleting again
+   * The endpoint token goes first (global hash), then its event streams, then the source's keys (one
+   * MULTI in the user's shard): a crash in between leaves a source whose endpoint answers 404, which deleting again
    * finishes, never a token left pointing at nothing forever.
    */
   async delete(record: SourceRecord): Promise<void> {
     const { redis, keys } = this.ctx;
     const u = record.user_id;
     if (record.endpoint_token) await redis.hdel(keys.endpoints(), record.endpoint_token);
-    const channels = await redis.smembers(keys.eventChannels(u, record.id));
+    // Its event streams next, giving back what they held (a crash after this leaves a source
+    // without events, which deleting again finishes).
+    await this.streams.dropEmitter(u, record.id);
     const tx = redis
       .multi()
       .del(keys.source(u, record.id))
       .zrem(keys.sources(u), record.id)
       .del(keys.sourceDb(u, record.id))
-      .del(keys.sourceDedupe(u, record.id))
-      .del(keys.eventChannels(u, record.id));
-    for (const c of channels) tx.del(keys.events(u, record.id, c));
+      .del(keys.sourceDedupe(u, record.id));
     const message = listenerChangeMessage(u, record.id);
     await tx.publish(keys.listenerChanges(), message).exec();
     this.changes.emit(message);

@@ -103,17 +103,28 @@ const subscriptionParams = (required: boolean): readonly Param[] => [
   eventName,
 ];
 const webhookParams = (urlRequired: boolean): readonly Param[] => [
-  { name: "url", schema: { type: "string", format: "uri" }, description: "http(s) URL with a hostname", required: urlRequired },
+  {
+    name: "url",
+    schema: { type: "string", format: "uri" },
+    description:
+      "http(s) URL with a hostname; unless ALLOW_PRIVATE_DESTINATIONS is on, localhost, *.localhost and loopback, private or link-local IP literals are refused",
+    required: urlRequired,
+  },
   { name: "name", schema: str, description: "Shown when listing webhooks" },
   { name: "description", schema: str, description: "Shown when listing webhooks" },
   {
     name: "headers",
     schema: { type: "object" },
     description:
-      "Static request headers (a JSON object; webhook-*, x-tributary-*, content-type, content-length, host refused); null clears",
+      "Static request headers (a JSON object); refused: webhook-*, x-tributary-*, content-type, user-agent, and the connection's own (host, content-length, transfer-encoding, connection, keep-alive, upgrade, expect, te, trailer, http2-settings, proxy-*); null clears",
   },
   { name: "timeout_ms", schema: { type: "integer", minimum: 100, maximum: 60000 }, description: "Attempt timeout in ms; null clears" },
-  { name: "retry_schedule", schema: str, description: "Delays between attempts, as DELIVERY_RETRY_SCHEDULE (5s,5m,30m); null clears" },
+  {
+    name: "retry_schedule",
+    schema: str,
+    description:
+      "Delays between attempts, as DELIVERY_RETRY_SCHEDULE (5s,5m,30m): at most 20, adding up to at most MAX_RETRY_SPAN_HOURS (72 h by default); null clears",
+  },
   {
     name: "rate_limit_per_second",
     schema: { type: "integer", minimum: 1, maximum: 10000 },
@@ -413,7 +424,11 @@ const OPERATIONS: Readonly<Record<string, Readonly<Record<string, Operation>>>> 
       summary: "Register or update a workflow",
       query: [
         { name: "name", schema: { type: ["string", "null"] }, description: "Display name" },
-        { name: "trigger_url", schema: { type: ["string", "null"] }, description: "Where deliveries to it are POSTed" },
+        {
+          name: "trigger_url",
+          schema: { type: ["string", "null"] },
+          description: "Where deliveries to it are POSTed (refused like a webhook's url)",
+        },
       ],
       jsonBody: true,
       ok: { status: 200, description: "The workflow", schema: data(ref("Workflow")) },

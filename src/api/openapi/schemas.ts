@@ -237,6 +237,12 @@ export const UserLimits = named(
     subscriptions: counted,
     auto_subscriptions: counted,
     component_bytes: counted,
+    streams: counted.meta({
+      description: "Event streams (one per emitter and event name); an emit onto a new name past the limit is a 429",
+    }),
+    stored_bytes: counted.meta({
+      description: "Bytes of the events the user's streams keep (their JSON records); an emit that would grow past the limit is a 429",
+    }),
     listeners_per_emitter: z.object({ limit: z.int().nullable() }),
     ingress_events_per_second: z.object({ limit: z.int().nullable(), burst: z.int().nullable() }),
   }),

@@ -424,6 +424,18 @@ function fuzzArbitrary(f: Fixtures): fc.Arbitrary<FuzzRequest> {
     '{"a..b":1}',
     `{"a":${"[".repeat(40)}${"]".repeat(40)}}`,
     "while (true) {}",
+    // headers and retry_schedule (webhooks): headers no delivery can carry, schedules past the span cap.
+    '{"Transfer-Encoding":"chunked","Upgrade":"h2c"}',
+    '{"User-Agent":"x","Proxy-Authorization":"y"}',
+    Array(20).fill("1000h").join(","),
+    "72h,1ms",
+    // url (webhooks): private, loopback and link-local literals and localhost names.
+    "http://localhost:1/x",
+    "http://a.localhost/x",
+    "http://[::1]:1/x",
+    "http://169.254.169.254/latest",
+    "http://10.0.0.1/x",
+    "http://[::ffff:127.0.0.1]/x",
     // signing_secret: a valid one (the rotation's success path) and the validator's edges.
     `whsec_${Buffer.alloc(24, 0xfb).toString("base64")}`,
     `whsec_${Buffer.alloc(23, 1).toString("base64")}`,

@@ -10,11 +10,13 @@ import {
   createWebhook,
   emit,
   expectError,
+  expectLimit,
   expectStatus,
   HTTP_ESM,
   type Json,
   subscribe,
   uniqueComponent,
+  usage,
   workflowId,
 } from "./support.js";
 
@@ -46,19 +48,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await td?.close();
 });
-
-/** A 429 `limit_exceeded` naming the limit, with the nominal Retry-After. */
-function expectLimit(res: Reply, name: string): void {
-  expectError(res, 429, new RegExp(`^${name} limit reached`));
-  expect(res.body.code).toBe("limit_exceeded");
-  expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
-}
-
-async function usage(api: Client): Promise<Json> {
-  const res = await api.get("/v1/users/me");
-  expectStatus(res, 200);
-  return res.body.data.limits;
-}
 
 const tag = () => randomBytes(4).toString("hex");
 const putWorkflow = (api: Client, id = workflowId()) => api.put(`/v1/workflows/${id}`, { json: { name: id } });
@@ -396,6 +385,8 @@ describe("GET /users/me limits", () => {
       subscriptions: { limit: 6, used: 1 },
       auto_subscriptions: { limit: 2, used: 1 },
       component_bytes: { limit: 20_000, used: expect.any(Number) },
+      streams: { limit: 10_000, used: 0 },
+      stored_bytes: { limit: 100 * 1024 * 1024, used: 0 },
       listeners_per_emitter: { limit: 3 },
       ingress_events_per_second: { limit: 1, burst: 50 },
     });

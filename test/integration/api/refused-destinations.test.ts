@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestDaemon, type TestDaemon } from "../../helpers/daemon.js";
 import { waitFor } from "../../helpers/receiver.js";
+import { storeWebhookUrl } from "../../helpers/stored-destination.js";
 import {
   createSource,
   createWebhook,
@@ -39,6 +40,50 @@ afterAll(async () => {
 const localhostUrl = (path: string) => target.url(path).replace("127.0.0.1", "localhost");
 
 describe("refused destinations", () => {
+  it("refuses a webhook url or trigger_url that names a private address or localhost when it is stored, naming the rule", async () => {
+    const u = await guarded.createUser();
+    const refused = [
+      "http://127.0.0.1:9/hook",
+      "http://127.1/hook",
+      "http://2130706433/hook",
+      "http://localhost:9/hook",
+      "http://LOCALHOST./hook",
+      "http://api.localhost/hook",
+      "http://10.1.2.3/hook",
+      "http://192.168.0.10/hook",
+      "http://169.254.169.254/latest/meta-data",
+      "http://0.0.0.0/hook",
+      "http://[::1]/hook",
+      "http://[::ffff:127.0.0.1]/hook",
+      "http://[fe80::1]/hook",
+      "http://[fd00::1]/hook",
+    ];
+    for (const url of refused) {
+      const res = await u.api.post("/v1/webhooks", { json: { url } });
+      expectError(
+        res,
+        400,
+        /^url names .*; this daemon does not deliver to loopback, private or link-local destinations \(ALLOW_PRIVATE_DESTINATIONS is off\)$/,
+      );
+    }
+    const hook = await createWebhook(u.api, "https://receiver.example/hook");
+    const put = await u.api.put(`/v1/webhooks/${hook.id}`, { json: { url: "http://[::1]:8080/x" } });
+    expectError(put, 400, /url names ::1, a loopback, private or link-local address/);
+    expect((await u.api.get(`/v1/webhooks/${hook.id}`)).body.data.url).toBe("https://receiver.example/hook");
+    const trigger = await u.api.put(`/v1/workflows/${workflowId()}`, { json: { trigger_url: "http://localhost/flow" } });
+    expectError(trigger, 400, /trigger_url names localhost, a loopback name/);
+    // Names are judged where they resolve, at connect time; public literals pass.
+    for (const url of [
+      "https://hooks.example.com/x",
+      "http://93.184.216.34/x",
+      "http://[2606:4700::1111]/x",
+      "http://localhost.example/x",
+    ]) {
+      const res = await u.api.post("/v1/webhooks", { json: { url } });
+      expect(res.status, `${url}: ${res.text}`).toBe(200);
+    }
+  });
+
   it("answers a component_url on a name that resolves to loopback with a 400 that names no address", async () => {
     const u = await guarded.createUser();
     const res = await u.api.post("/v1/components", { json: { component_url: localhostUrl("/c.js") } });
@@ -49,7 +94,9 @@ describe("refused destinations", () => {
 
   it("records a refused delivery in the attempt log without the address", async () => {
     const u = await guarded.createUser();
-    const hook = await createWebhook(u.api, localhostUrl("/hook"));
+    // Stored before the API refused localhost (the guard judges every name where it resolves).
+    const hook = await createWebhook(u.api, "https://receiver.example/hook");
+    await storeWebhookUrl(guarded, u.id, hook.id, localhostUrl("/hook"));
     const p = workflowId();
     await subscribe(u.api, p, hook.id);
     await emit(u.api, p, { probe: true });

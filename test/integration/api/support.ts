@@ -87,6 +87,20 @@ export function expectError(res: Reply, status: number | readonly number[], mess
 }
 
 /** The reply has the given status; the message carries the body when it does not. */
+/** A 429 `limit_exceeded` naming the limit, with the nominal Retry-After. */
+export function expectLimit(res: Reply, name: string): void {
+  expectError(res, 429, new RegExp(`^${name} limit reached`));
+  expect(res.body.code).toBe("limit_exceeded");
+  expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+}
+
+/** The user's `limits` object of GET /v1/users/me. */
+export async function usage(api: Client): Promise<Json> {
+  const res = await api.get("/v1/users/me");
+  expectStatus(res, 200);
+  return res.body.data.limits;
+}
+
 export function expectStatus(res: Reply, status: number): void {
   expect(res.status, `${res.status}: ${res.text.slice(0, 500)}`).toBe(status);
 }

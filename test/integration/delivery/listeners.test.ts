@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { AttemptLog } from "../../../src/store/attempt-log.js";
 import { createKeys } from "../../../src/store/keys.js";
 import { waitFor } from "../../helpers/receiver.js";
+import { storeWebhookUrl } from "../../helpers/stored-destination.js";
 import {
   arrived,
   createWebhook,
@@ -100,11 +101,13 @@ describe("SSRF guard (ALLOW_PRIVATE_DESTINATIONS=false)", () => {
   it.each([
     ["127.0.0.1", (path: string) => rx.url(path)],
     ["localhost", (path: string) => `http://localhost:${rx.port}${path}`],
-  ])("refuses a webhook at %s without sending anything, and says why in the attempt log", async (_name, urlOf) => {
+  ])("refuses a stored webhook at %s without sending anything, and says why in the attempt log", async (_name, urlOf) => {
     const guarded = guardedHarness();
     const u = await guarded.td.createUser();
     const path = hookPath("ssrf");
-    const w = await createWebhook(u.api, urlOf(path));
+    // The API refuses such a URL when it is stored; this one was stored before the rule applied.
+    const w = await createWebhook(u.api, "https://receiver.example/hook");
+    await storeWebhookUrl(guarded.td, u.id, w.id, urlOf(path));
     const p = workflowId();
     await subscribe(u.api, p, w.id);
     await emit(u.api, p, { steal: "metadata" });

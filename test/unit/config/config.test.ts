@@ -90,6 +90,16 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ [name]: value })).toThrowError(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrowError(new RegExp(`invalid ${name}: accepts`));
   });
+  it("refuses a DELIVERY_RETRY_SCHEDULE whose delays add up to more than MAX_RETRY_SPAN_HOURS", () => {
+    expect(loadConfig({}).maxRetrySpanHours).toBe(72);
+    expect(() => loadConfig({ DELIVERY_RETRY_SCHEDULE: "50h,30h" })).toThrowError(
+      /invalid DELIVERY_RETRY_SCHEDULE: its delays add up to 80h, more than the 72h .*raise MAX_RETRY_SPAN_HOURS/,
+    );
+    expect(loadConfig({ DELIVERY_RETRY_SCHEDULE: "50h,30h", MAX_RETRY_SPAN_HOURS: "80" }).deliveryRetryScheduleMs).toEqual([
+      180_000_000, 108_000_000,
+    ]);
+    expect(() => loadConfig({ MAX_RETRY_SPAN_HOURS: "0" })).toThrowError(/invalid MAX_RETRY_SPAN_HOURS: accepts/);
+  });
   it("config/defaults.env documents every setting with the schema's default", () => {
     const text = readFileSync(path.resolve(import.meta.dirname, "../../../config/defaults.env"), "utf8");
     const documented = Object.fromEntries(

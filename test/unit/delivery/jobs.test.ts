@@ -140,6 +140,15 @@ describe("prepareRequest (the prepare phase of an attempt)", () => {
     expect(String(single.headers["webhook-signature"]).split(" ")).toHaveLength(1);
   });
 
+  it("adds a webhook's headers but leaves out those the API refuses now (stored before the rule)", () => {
+    const headers = { "x-team": "blue", "transfer-encoding": "chunked", "user-agent": "mine/1", upgrade: "h2c" };
+    const req = prepareRequest(fanoutJob, { url: "http://example.test/hook", secret, headers }, 1, nowMs);
+    expect(req.headers["x-team"]).toBe("blue");
+    expect(req.headers["user-agent"]).toBe("Tributary-Webhooks/1");
+    expect(req.headers["transfer-encoding"]).toBeUndefined();
+    expect(req.headers.upgrade).toBeUndefined();
+  });
+
   it("names a channel as given, and leaves a workflow delivery unsigned", () => {
     const job = newDeliveryJob({ ...event, channel: "orders" }, "p_flow", "workflow", "d_def", JOB_STARTS.fanout);
     const req = prepareRequest(job, { url: "http://example.test/flow", secret: null }, 1, nowMs);

@@ -8,10 +8,22 @@ import {
   limitReached,
   limitsView,
   listenerLimitReached,
+  storedBytesLimitReached,
+  streamLimitReached,
   UNLIMITED,
 } from "../../../src/domain/limits.js";
 
-const used = { workflows: 1, sources: 2, components: 3, webhooks: 4, subscriptions: 5, auto_subscriptions: 6, component_bytes: 7 };
+const used = {
+  workflows: 1,
+  sources: 2,
+  components: 3,
+  webhooks: 4,
+  subscriptions: 5,
+  auto_subscriptions: 6,
+  component_bytes: 7,
+  streams: 8,
+  stored_bytes: 9,
+};
 
 describe("per-user limits (pure)", () => {
   it("treats 0 as unlimited", () => {
@@ -29,6 +41,8 @@ describe("per-user limits (pure)", () => {
       subscriptions: { limit: null, used: 5 },
       auto_subscriptions: { limit: null, used: 6 },
       component_bytes: { limit: null, used: 7 },
+      streams: { limit: null, used: 8 },
+      stored_bytes: { limit: null, used: 9 },
       listeners_per_emitter: { limit: null },
       ingress_events_per_second: { limit: null, burst: null },
     });
@@ -46,6 +60,16 @@ describe("per-user limits (pure)", () => {
       "auto_subscriptions limit reached: this user has 100 auto-subscriptions, at most 100 are allowed; delete some to make room (limits and usage: GET /v1/users/me)",
     );
     expect(Number(e.headers["retry-after"])).toBeGreaterThan(0);
+    const streams = streamLimitReached(10, 10);
+    expect([streams.status, streams.code]).toEqual([429, "limit_exceeded"]);
+    expect(streams.message).toMatch(
+      /^streams limit reached: this user has 10 event streams .*at most 10 are allowed; emit onto the names in use/,
+    );
+    const bytes = storedBytesLimitReached(90, 20, 100);
+    expect([bytes.status, bytes.code]).toEqual([429, "limit_exceeded"]);
+    expect(bytes.message).toMatch(
+      /^stored_bytes limit reached: this user's event streams hold 90 bytes and these events need 20 more, at most 100/,
+    );
     expect(listenerLimitReached("p_x", "", 3, 3).message).toMatch(
       /^listeners_per_emitter limit reached: an event of p_x on channel "default"/,
     );

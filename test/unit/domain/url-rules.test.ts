@@ -1,6 +1,12 @@
 import { describe, expect, it } from "vitest";
 import { ValidationError } from "../../../src/domain/errors.js";
-import { isHttpUrl, MAX_URL_LENGTH, rawComponentUrl, validateWebhookUrl } from "../../../src/domain/url-rules.js";
+import {
+  isHttpUrl,
+  MAX_URL_LENGTH,
+  rawComponentUrl,
+  validateWebhookUrl,
+  privateDestinationProblem,
+} from "../../../src/domain/url-rules.js";
 
 describe("validateWebhookUrl", () => {
   it.each([
@@ -82,5 +88,38 @@ describe("rawComponentUrl", () => {
     "not a url",
   ])("leaves %s unchanged", (url) => {
     expect(rawComponentUrl(url)).toBe(url);
+  });
+});
+
+describe("privateDestinationProblem", () => {
+  const refusedIps: string[] = [];
+  const isPrivateIp = (ip: string) => {
+    refusedIps.push(ip);
+    return ip.startsWith("127.") || ip === "::1" || ip === "10.0.0.1";
+  };
+
+  it("refuses localhost names and IP literals the address rule refuses, naming the rule", () => {
+    for (const [url, host] of [
+      ["http://localhost:3000/x", "localhost"],
+      ["http://LocalHost./x", "localhost"],
+      ["http://a.b.localhost/x", "a.b.localhost"],
+      ["http://127.0.0.1/x", "127.0.0.1"],
+      ["http://127.1/x", "127.0.0.1"],
+      ["http://0x7f.0.0.1/x", "127.0.0.1"],
+      ["http://[::1]:80/x", "::1"],
+      ["http://10.0.0.1/x", "10.0.0.1"],
+    ] as const) {
+      const problem = privateDestinationProblem(url, isPrivateIp);
+      expect(problem, url).toMatch(new RegExp(`^names ${host.replace(/\./g, "\\.")}, `));
+      expect(problem).toMatch(/ALLOW_PRIVATE_DESTINATIONS is off/);
+    }
+  });
+
+  it("leaves names to the connect-time guard and passes public literals", () => {
+    refusedIps.length = 0;
+    for (const url of ["https://example.com/x", "http://localhost.example/x", "http://93.184.216.34/x", "http://[2001:db8::1]/x"])
+      expect(privateDestinationProblem(url, isPrivateIp), url).toBeUndefined();
+    // Only the literals were asked about; names are never resolved here.
+    expect(refusedIps).toEqual(["93.184.216.34", "2001:db8::1"]);
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ValidationError } from "../../../src/domain/errors.js";
-import { isReservedHeader, parseWebhookSettings, retryScheduleMs } from "../../../src/domain/webhook-settings.js";
+import { isReservedHeader, parseWebhookSettings, retryScheduleMs, retrySpanProblem } from "../../../src/domain/webhook-settings.js";
 
 describe("per-webhook settings (domain/webhook-settings.ts)", () => {
   it("reads only the settings given; null and empty text clear them", () => {
@@ -43,6 +43,34 @@ describe("per-webhook settings (domain/webhook-settings.ts)", () => {
       expect(isReservedHeader(name)).toBe(false);
   });
 
+  it("refuses the headers a delivery cannot carry (hop-by-hop, framing, Host, Expect) and User-Agent, saying why", () => {
+    const transport = [
+      "Transfer-Encoding",
+      "upgrade",
+      "Expect",
+      "Keep-Alive",
+      "Connection",
+      "TE",
+      "Trailer",
+      "Proxy-Authorization",
+      "proxy-connection",
+      "proxy-anything",
+      "HTTP2-Settings",
+      "Host",
+      "Content-Length",
+    ];
+    for (const name of transport) {
+      expect(isReservedHeader(name), name).toBe(true);
+      expect(() => parseWebhookSettings({ headers: { [name]: "v" } }), name).toThrow(
+        new RegExp(`${name} cannot be set \\(a header of the HTTP connection`),
+      );
+    }
+    expect(() => parseWebhookSettings({ headers: { "User-Agent": "mine/1" } })).toThrow(
+      /User-Agent cannot be set \(every delivery sends User-Agent: Tributary-Webhooks\/1\)/,
+    );
+    for (const name of ["x-proxy", "expected", "teapot", "x-connection", "user-agents"]) expect(isReservedHeader(name), name).toBe(false);
+  });
+
   it("refuses out-of-range and malformed values with a ValidationError naming the field", () => {
     const bad: [Record<string, unknown>, string][] = [
       [{ timeout_ms: 99 }, "timeout_ms"],
@@ -68,6 +96,19 @@ describe("per-webhook settings (domain/webhook-settings.ts)", () => {
       expect(thrown, JSON.stringify(params).slice(0, 80)).toBeInstanceOf(ValidationError);
       expect((thrown as Error).message).toContain(field);
     }
+  });
+
+  it("caps the span of a retry_schedule (MAX_RETRY_SPAN_HOURS), saying the cap in the message", () => {
+    const twentyLong = Array(20).fill("1000h").join(",");
+    expect(() => parseWebhookSettings({ retry_schedule: twentyLong })).toThrow(
+      "retry_schedule is too long: its delays add up to 20000h, more than the 72h a failing delivery may be retried for (MAX_RETRY_SPAN_HOURS)",
+    );
+    expect(() => parseWebhookSettings({ retry_schedule: "1s" }, { maxRetrySpanHours: 1 })).not.toThrow();
+    expect(() => parseWebhookSettings({ retry_schedule: "30m,30m,1s" }, { maxRetrySpanHours: 1 })).toThrow(
+      /add up to 1h, more than the 1h/,
+    );
+    expect(parseWebhookSettings({ retry_schedule: "24h,24h,24h" })).toEqual({ retry_schedule: "24h,24h,24h" });
+    expect(retrySpanProblem([5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000], 72)).toBeUndefined();
   });
 
   it("parses a stored schedule back to its delays", () => {

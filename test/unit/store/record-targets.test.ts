@@ -12,8 +12,8 @@ const bucket = { key: keys.ingressRate("u_1"), perSecond: 50, burst: 200 };
 const workflowGuard: GuardKeyOf = (userId, id) => keys.workflow(userId, id);
 
 describe("RecordTargets", () => {
-  it("builds the record script's seven keys and six shared arguments", () => {
-    const targets = new RecordTargets(keys);
+  it("builds the record script's eight keys and eight shared arguments", () => {
+    const targets = new RecordTargets(keys, { streams: 10, storedBytes: 1000 });
     const t = targets.get("u_1", "p_abc", "orders", "workflow", workflowGuard, bucket);
     const summary = keys.events("u_1", "p_abc", "orders");
     expect(t.keys).toEqual([
@@ -24,16 +24,26 @@ describe("RecordTargets", () => {
       keys.subscriptionIndex("u_1", "p_*", "orders"),
       keys.workflow("u_1", "p_abc"),
       bucket.key,
+      keys.storedStreams("u_1"),
     ]);
-    expect(t.shared).toEqual(["u_1", "p_abc", "orders", "workflow", "50", "200"]);
+    expect(t.shared).toEqual(["u_1", "p_abc", "orders", "workflow", "50", "200", "10", "1000"]);
   });
 
   it("repeats the summary stream for no guard and no bucket, the exact index for an emitter without a glob, and charges 0", () => {
     const t = new RecordTargets(keys).get("u_1", "other", "", "source", undefined, undefined);
     const summary = keys.events("u_1", "other", "");
     const exact = keys.subscriptionIndex("u_1", "other", "");
-    expect(t.keys).toEqual([summary, keys.outboxOf("u_1"), keys.eventChannels("u_1", "other"), exact, exact, summary, summary]);
-    expect(t.shared).toEqual(["u_1", "other", "", "source", "0", "0"]);
+    expect(t.keys).toEqual([
+      summary,
+      keys.outboxOf("u_1"),
+      keys.eventChannels("u_1", "other"),
+      exact,
+      exact,
+      summary,
+      summary,
+      keys.storedStreams("u_1"),
+    ]);
+    expect(t.shared).toEqual(["u_1", "other", "", "source", "0", "0", "0", "0"]);
   });
 
   it("hands out the same object for the same user, emitter, channel and terms, even from strings built anew", () => {
@@ -88,21 +98,21 @@ describe("RecordTargets", () => {
     expect(otherGuard.keys[5]).toBe(`${keys.workflow("u_1", "p_abc")}:other`);
 
     const faster = targets.get("u_1", "p_abc", "", "workflow", workflowGuard, { ...bucket, perSecond: 75 });
-    expect(faster.shared.slice(4)).toEqual(["75", "200"]);
+    expect(faster.shared.slice(4, 6)).toEqual(["75", "200"]);
     const deeper = targets.get("u_1", "p_abc", "", "workflow", workflowGuard, { ...bucket, burst: 300 });
-    expect(deeper.shared.slice(4)).toEqual(["50", "300"]);
+    expect(deeper.shared.slice(4, 6)).toEqual(["50", "300"]);
     const elsewhere = targets.get("u_1", "p_abc", "", "workflow", workflowGuard, { ...bucket, key: keys.ingressRate("u_9") });
     expect(elsewhere.keys[6]).toBe(keys.ingressRate("u_9"));
     const free = targets.get("u_1", "p_abc", "", "workflow", workflowGuard, undefined);
     expect(free.keys[6]).toBe(free.keys[0]);
-    expect(free.shared.slice(4)).toEqual(["0", "0"]);
+    expect(free.shared.slice(4, 6)).toEqual(["0", "0"]);
     const asSource = targets.get("u_1", "p_abc", "", "source", workflowGuard, undefined);
     expect(asSource.shared[3]).toBe("source");
     expect(targets.count).toBe(1);
   });
 
   it("starts over past its bound, and still answers right", () => {
-    const targets = new RecordTargets(keys, 3);
+    const targets = new RecordTargets(keys, undefined, 3);
     for (const e of ["p_1", "p_2", "p_3"]) targets.get("u_1", e, "", "workflow", undefined, undefined);
     expect(targets.count).toBe(3);
     const fourth = targets.get("u_1", "p_4", "", "workflow", undefined, undefined);
