@@ -715,7 +715,9 @@ function responderChose5xx(req: FuzzRequest, res: FuzzAnswer): boolean {
 /** What must hold for a request beyond "no 5xx" (item by item: route guards, custom responses). */
 function invariantProblem(req: FuzzRequest, res: FuzzAnswer): string | undefined {
   const path = req.path.split("?")[0] ?? req.path;
-  return endpointProblem(req, res, path) ?? (req.endpointListener ? undefined : guardProblem(req, res, path)) ?? answerProblem(req, res);
+  // The client sends the path as the URL parser resolves it ("/e/../x" is "/x"): endpoints are
+  // judged on what the daemon was sent.
+  return endpointProblem(req, res, new URL(path, "http://fuzz.invalid").pathname) ?? (req.endpointListener ? undefined : guardProblem(req, res, path)) ?? answerProblem(req, res);
 }
 
 /** Every answer of an endpoint path, and every answer of the endpoints' listener, is sandboxed; that listener serves nothing else. */
