@@ -21,7 +21,7 @@ export interface FilterBudgetLimits {
  * above what ordinary filters spend (a few visits per condition; a 64-condition filter of
  * `$contains` over 1,000-element arrays spends 64,000), and an event's worth costs milliseconds.
  */
-export const FILTER_BUDGET_DEFAULTS: FilterBudgetLimits = { perEvent: 1_000_000, perSecondPerUser: 10_000_000 };
+export const FILTER_BUDGET_DEFAULTS: FilterBudgetLimits = { perEvent: 1_000_000, perSecondPerUser: 5_000_000 };
 
 /** Which bound an event's allowance came from: the event's own, or what its user had left. */
 export type FilterBudgetLimit = "event" | "user";

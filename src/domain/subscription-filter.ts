@@ -19,9 +19,10 @@ import { ValidationError } from "./errors.js";
  * substring test on strings and a deep-equal member test on arrays.
  *
  * Cost: a filter's size is bounded, but the payload's is not, so every evaluation is metered in
- * visits (`VisitMeter`): one per path condition tested, per array element or object key compared,
- * per string character searched. An evaluation that runs out stops early and answers TOO_COSTLY
- * (`evaluateFilter`); fan-out decides what each event may spend (domain/filter-budget.ts).
+ * visits (`VisitMeter`): one per path segment looked up, per value or array element compared, per
+ * key of a payload object compared, per string character searched. An evaluation that runs out
+ * stops early and answers TOO_COSTLY (`evaluateFilter`); fan-out decides what each event may spend
+ * (domain/filter-budget.ts).
  */
 
 /** A validated filter, as stored and returned (a JSON object). */
@@ -157,7 +158,9 @@ function compile(filter: Record<string, unknown>, budget: Budget, at = ""): Filt
     const path = parsePath(key);
     spend(budget);
     const test = compileCondition(value, budget, key);
-    parts.push((p, m) => afford(m, 1) && test(resolve(p, path), m));
+    // One visit per segment looked up.
+    const cost = path.length;
+    parts.push((p, m) => afford(m, cost) && test(resolve(p, path), m));
   }
   if (parts.length === 1) return parts[0] as FilterPredicate;
   return (p, m) => {
@@ -201,7 +204,10 @@ type ValueTest = (v: Resolved, meter: VisitMeter) => boolean;
 
 /** A literal (deep equality) or an operator object (every operator must hold). */
 function compileCondition(condition: unknown, budget: Budget, path: string): ValueTest {
-  if (!isOperatorObject(condition)) return (v, m) => v !== MISSING && equalWithin(v, condition, m);
+  if (!isOperatorObject(condition)) {
+    const equal = equalTo(condition);
+    return (v, m) => v !== MISSING && equal(v, m);
+  }
   const tests: ValueTest[] = [];
   for (const [op, operand] of Object.entries(condition)) {
     if (!op.startsWith("$")) throw problem(`at ${path}: an operator object cannot also have the field ${JSON.stringify(op)}`);
@@ -216,10 +222,14 @@ function compileCondition(condition: unknown, budget: Budget, path: string): Val
 function compileOperator(op: string, operand: unknown, budget: Budget, path: string): ValueTest {
   const bad = (what: string) => problem(`${op} at ${path} ${what}`);
   switch (op) {
-    case "$eq":
-      return (v, m) => v !== MISSING && equalWithin(v, operand, m);
-    case "$neq":
-      return (v, m) => v === MISSING || !equalWithin(v, operand, m);
+    case "$eq": {
+      const equal = equalTo(operand);
+      return (v, m) => v !== MISSING && equal(v, m);
+    }
+    case "$neq": {
+      const equal = equalTo(operand);
+      return (v, m) => v === MISSING || !equal(v, m);
+    }
     case "$gt":
     case "$gte":
     case "$lt":
@@ -231,11 +241,11 @@ function compileOperator(op: string, operand: unknown, budget: Budget, path: str
     case "$in":
     case "$nin": {
       if (!Array.isArray(operand)) throw bad("needs an array");
-      // Scalars through a Set (same answers as equalWithin: ===, and JSON has no NaN), so a long list costs one lookup.
+      // Scalars through a Set (same answers as deep equality: ===, and JSON has no NaN), so a long list costs one lookup.
       const scalars = new Set(operand.filter((m) => m === null || typeof m !== "object"));
-      const composites = operand.filter((m) => m !== null && typeof m === "object");
+      const composites = operand.filter((m) => m !== null && typeof m === "object").map(equalTo);
       const isIn = (v: Resolved, meter: VisitMeter) =>
-        v !== MISSING && (v === null || typeof v !== "object" ? scalars.has(v) : composites.some((c) => equalWithin(v, c, meter)));
+        v !== MISSING && (v === null || typeof v !== "object" ? scalars.has(v) : composites.some((equal) => equal(v, meter)));
       return op === "$in" ? isIn : (v, m) => !isIn(v, m);
     }
     case "$exists":
@@ -245,7 +255,10 @@ function compileOperator(op: string, operand: unknown, budget: Budget, path: str
       if (typeof operand !== "string") throw bad("needs a string");
       return (v) => typeof v === "string" && v.startsWith(operand);
     case "$contains":
-      if (operand !== null && typeof operand === "object") return (v, m) => Array.isArray(v) && containsEqual(v, operand, m);
+      if (operand !== null && typeof operand === "object") {
+        const equal = equalTo(operand);
+        return (v, m) => Array.isArray(v) && containsEqual(v, equal, m);
+      }
       return (v, m) =>
         typeof v === "string"
           ? typeof operand === "string" && afford(m, v.length) && v.includes(operand)
@@ -286,38 +299,48 @@ function containsScalar(list: readonly unknown[], x: unknown, meter: VisitMeter)
   return false;
 }
 
-/** Whether `list` has a member deep-equal to the composite `x`, one visit per member and per value compared. */
-function containsEqual(list: readonly unknown[], x: unknown, meter: VisitMeter): boolean {
+/** Whether `list` has a member `equal` accepts (one visit per member, and what comparing it costs). */
+function containsEqual(list: readonly unknown[], equal: EqualTest, meter: VisitMeter): boolean {
   for (const member of list) {
-    if (equalWithin(member, x, meter)) return true;
+    if (equal(member, meter)) return true;
     if (meter.left < 0) return false;
   }
   return false;
 }
 
+type EqualTest = (v: unknown, meter: VisitMeter) => boolean;
+
 /**
- * Deep equality of JSON values: arrays by position, objects by key set regardless of order. `a` is
- * the payload's side: one visit per value compared and per key of an object of `a` (listing an
- * object's keys costs as many, and a payload object may have any number).
+ * Deep equality with the filter's value `x` (arrays by position, objects by key set regardless of
+ * order), compiled once: one visit per value compared, and, for a payload object that has every
+ * key of `x` with equal values, one per key it has (counting them costs as many, and a payload
+ * object may have any number; one missing a key of `x` is refused before they are counted).
  */
-function equalWithin(a: unknown, b: unknown, meter: VisitMeter): boolean {
-  if (--meter.left < 0) return false;
-  if (a === b) return true;
-  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
-  if (Array.isArray(a) !== Array.isArray(b)) return false;
-  if (Array.isArray(a)) {
-    const bs = b as unknown[];
-    if (a.length !== bs.length) return false;
-    for (let i = 0; i < a.length; i++) if (!equalWithin(a[i], bs[i], meter)) return false;
-    return true;
+function equalTo(x: unknown): EqualTest {
+  if (x === null || typeof x !== "object") return (v, m) => --m.left >= 0 && v === x;
+  if (Array.isArray(x)) {
+    const items = x.map(equalTo);
+    return (v, m) => {
+      if (--m.left < 0 || !Array.isArray(v) || v.length !== items.length) return false;
+      for (let i = 0; i < items.length; i++) if (!(items[i] as EqualTest)(v[i], m)) return false;
+      return true;
+    };
   }
-  const ao = a as Record<string, unknown>;
-  const bo = b as Record<string, unknown>;
-  const keys = Object.keys(ao);
-  meter.left -= keys.length;
-  if (meter.left < 0 || keys.length !== Object.keys(bo).length) return false;
-  for (const k of keys) if (!Object.hasOwn(bo, k) || !equalWithin(ao[k], bo[k], meter)) return false;
-  return true;
+  const record = x as Record<string, unknown>;
+  const keys = Object.keys(record);
+  const values = keys.map((k) => equalTo(record[k]));
+  return (v, m) => {
+    if (--m.left < 0 || v === null || typeof v !== "object" || Array.isArray(v)) return false;
+    const o = v as Record<string, unknown>;
+    for (let i = 0; i < keys.length; i++) {
+      const k = keys[i] as string;
+      if (!Object.hasOwn(o, k) || !(values[i] as EqualTest)(o[k], m)) return false;
+    }
+    // Every key of `x` is there with its value: equal when it has no other.
+    const count = Object.keys(o).length;
+    m.left -= count;
+    return m.left >= 0 && count === keys.length;
+  };
 }
 
 /** A filter no one can read (stored by a newer version, say) matches nothing: fail closed. */

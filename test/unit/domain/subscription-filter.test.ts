@@ -340,13 +340,17 @@ describe("evaluateFilter within a visit budget", () => {
   it("answers as before when the budget covers the work, and counts what it spent", () => {
     const filter = compileFilter({ tags: { $contains: "vip" }, order: { $gte: 40 } });
     const meter = { left: 100 };
-    // Two path conditions, and three elements looked at to find "vip".
+    // Two one-segment paths, and three elements looked at to find "vip".
     expect(evaluateFilter(filter, { tags: ["a", "b", "vip", "c"], order: 42 }, meter)).toBe(true);
     expect(100 - meter.left).toBe(5);
     expect(evaluateFilter(filter, { tags: ["a"], order: 42 }, { left: 100 })).toBe(false);
     // Exactly the work needed is enough; one visit less is not.
     expect(evaluateFilter(filter, { tags: ["a", "b", "vip", "c"], order: 42 }, { left: 5 })).toBe(true);
     expect(evaluateFilter(filter, { tags: ["a", "b", "vip", "c"], order: 42 }, { left: 4 })).toBe(TOO_COSTLY);
+    // A path costs a visit per segment, the literal compared one more.
+    const deep = { left: 10 };
+    expect(evaluateFilter(compileFilter({ "a.b.c": 1 }), { a: { b: { c: 1 } } }, deep)).toBe(true);
+    expect(10 - deep.left).toBe(4);
   });
 
   it("charges a string search one visit per character, before searching", () => {
@@ -355,10 +359,13 @@ describe("evaluateFilter within a visit budget", () => {
     expect(evaluateFilter(filter, { text: `${"x".repeat(1000)}needle` }, { left: 1006 })).toBe(TOO_COSTLY);
   });
 
-  it("charges an object compared for equality one visit per key of the payload's object", () => {
+  it("charges an object compared for equality one visit per key of the payload's object, once it has the filter's keys", () => {
     const big = Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`k${i}`, i]));
-    const filter = compileFilter({ obj: { a: 1 }, list: { $contains: { a: 1 } } });
-    expect(evaluateFilter(filter, { obj: big }, { left: 1000 })).toBe(TOO_COSTLY);
+    const filter = compileFilter({ obj: { a: 1 } });
+    expect(evaluateFilter(filter, { obj: { a: 1, ...big } }, { left: 1000 })).toBe(TOO_COSTLY);
+    expect(evaluateFilter(filter, { obj: { a: 1, ...big } }, { left: 6000 })).toBe(false);
+    // Without the filter's key it is refused before its keys are counted.
+    expect(evaluateFilter(filter, { obj: big }, { left: 10 })).toBe(false);
     const members = counted(Array.from({ length: 100_000 }, () => ({ b: 2 })));
     expect(evaluateFilter(compileFilter({ list: { $contains: { a: 1 } } }), { list: members.list }, { left: 1000 })).toBe(TOO_COSTLY);
     expect(members.reads()).toBeLessThanOrEqual(1000);
