@@ -36,7 +36,7 @@ interface Bucket {
   atMs: number;
 }
 
-/** Users whose buckets are kept, most recently charged last; full buckets are dropped first. */
+/** Users whose buckets are kept; full buckets are dropped first, then those tracked longest. */
 const DEFAULT_MAX_USERS = 10_000;
 
 export class FilterBudgets {
@@ -59,8 +59,13 @@ export class FilterBudgets {
   spend(userId: string, visits: number, nowMs: number): void {
     if (this.limits.perSecondPerUser === 0 || visits <= 0) return;
     const level = this.level(userId, nowMs) - visits;
-    // Re-inserted, so the map's order is least recently charged first.
-    this.buckets.delete(userId);
+    const bucket = this.buckets.get(userId);
+    if (bucket) {
+      // In place (every filtered event comes here): the map's order stays the order users were first charged in.
+      bucket.level = level;
+      bucket.atMs = nowMs;
+      return;
+    }
     this.buckets.set(userId, { level, atMs: nowMs });
     if (this.buckets.size > this.maxUsers) this.prune(nowMs);
   }
@@ -78,8 +83,8 @@ export class FilterBudgets {
   }
 
   /**
-   * Drops the full buckets, then, if still past the bound, the least recently charged down to 90 %
-   * of it (so a crowd of users does not make every charge a sweep). A dropped user starts full again.
+   * Drops the full buckets, then, if still past the bound, those tracked longest down to 90 % of it
+   * (so a crowd of users does not make every charge a sweep). A dropped user starts full again.
    */
   private prune(nowMs: number): void {
     const capacity = this.limits.perSecondPerUser;

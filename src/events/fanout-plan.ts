@@ -162,7 +162,7 @@ export function planFanout(
     let payload: unknown;
     let allowance: ReturnType<FilterBudgets["allowance"]> | undefined;
     const meter: VisitMeter = { left: 0 };
-    const stopped: string[] = [];
+    let stopped: string[] | undefined;
     for (const { listenerId, accepts } of matches[i] ?? []) {
       const kind = listenerKindOf(listenerId);
       if (accepts && kind) {
@@ -175,7 +175,8 @@ export function planFanout(
         const answer = evaluateFilter(accepts, payload, meter);
         if (answer === TOO_COSTLY) {
           overBudget[kind]++;
-          stopped.push(listenerId);
+          if (stopped) stopped.push(listenerId);
+          else stopped = [listenerId];
           continue;
         }
         if (!answer) {
@@ -209,7 +210,7 @@ export function planFanout(
     }
     if (allowance) {
       budgets.spend(e.userId, allowance.visits - meter.left, nowMs);
-      if (stopped.length > 0) overBudgetEvents.push({ entry: e, listenerIds: stopped, limit: allowance.limit });
+      if (stopped) overBudgetEvents.push({ entry: e, listenerIds: stopped, limit: allowance.limit });
     }
   }
   return { deliveries, entryOf, sourceRuns, counts, filtered, overBudget, overBudgetEvents };

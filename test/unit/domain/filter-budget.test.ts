@@ -34,7 +34,7 @@ describe("FilterBudgets", () => {
     expect(b.size).toBe(0);
   });
 
-  it("keeps a bounded number of users, dropping full buckets first, then the least recently charged", () => {
+  it("keeps a bounded number of users, dropping full buckets first, then those tracked longest", () => {
     const b = new FilterBudgets({ perEvent: 10, perSecondPerUser: 100 }, 10);
     for (let i = 0; i < 10; i++) b.spend(`u_${i}`, 50, 0);
     expect(b.size).toBe(10);
@@ -43,7 +43,7 @@ describe("FilterBudgets", () => {
     expect(b.size).toBe(1);
     for (let i = 0; i < 12; i++) b.spend(`u_${i}`, 100, 2000);
     expect(b.size).toBeLessThanOrEqual(10);
-    // The most recently charged keep their debt; the least recently charged were dropped (full again).
+    // The last tracked keep their debt; the first were dropped (full again).
     expect(b.allowance("u_11", 2000).visits).toBe(0);
     expect(b.allowance("u_0", 2000)).toEqual({ visits: 10, limit: "event" });
   });
