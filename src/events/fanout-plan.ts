@@ -1,6 +1,6 @@
 import { type DeliveryOrigin, JOB_STARTS } from "../domain/delivery-plan.js";
 import { deliveryIdFor, type ListenerKind, listenerKindOf, sourceRunIdFor } from "../domain/ids.js";
-import { type FilterBudgetLimit, FilterBudgets } from "../domain/filter-budget.js";
+import { type FilterAllowance, type FilterBudgetLimit, FilterBudgets } from "../domain/filter-budget.js";
 import {
   evaluateFilter,
   type FilterPredicate,
@@ -160,7 +160,7 @@ export function planFanout(
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i] as OutboxEntry;
     let payload: unknown;
-    let allowance: ReturnType<FilterBudgets["allowance"]> | undefined;
+    let allowance: FilterAllowance | undefined;
     const meter: VisitMeter = { left: 0 };
     let stopped: string[] | undefined;
     for (const { listenerId, accepts } of matches[i] ?? []) {
