@@ -9,6 +9,7 @@ import { createSender } from "../delivery/sender.js";
 import { DeliveryWorker } from "../delivery/worker.js";
 import { destinationKey } from "../domain/fair-slots.js";
 import { FanoutWorker } from "../events/fanout.js";
+import { FilterBudgetReports } from "../events/filter-budget-report.js";
 import { MaintenanceWorker } from "../events/maintenance.js";
 import { ListenerCache } from "../store/listener-cache.js";
 import { CircuitBreaker } from "../delivery/circuit.js";
@@ -114,6 +115,14 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
       config.redisHa.minReplicasAck > 0
         ? new ReplicaAck([conns.commands, conns.queues], config.redisHa.minReplicasAck, config.redisHa.replicaAckTimeoutMs)
         : undefined,
+    filterBudget: config.filterBudget,
+    overBudget: new FilterBudgetReports({
+      ingest: core.ingest,
+      keys,
+      limits: config.filterBudget,
+      logger,
+      randomBytes: core.ctx.randomBytes,
+    }),
   });
   // Bulk replays are queued by the worker process holding the driver lease (delivery/bulk-replay.ts).
   const replayDriver = new ReplayDriver({

@@ -80,6 +80,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ve
       ingressEventsPerSecond: e.INGRESS_EVENTS_PER_SECOND_PER_USER,
       ingressBurstEvents: e.INGRESS_BURST_EVENTS_PER_USER,
     }),
+    filterBudget: Object.freeze({ perEvent: e.FILTER_VISITS_PER_EVENT, perSecondPerUser: e.FILTER_VISITS_PER_SECOND_PER_USER }),
     liveTail: Object.freeze({
       tokenTtlSeconds: e.SSE_TOKEN_TTL_SECONDS,
       heartbeatSeconds: e.SSE_HEARTBEAT_SECONDS,

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { MAX_CIRCUIT_COOLDOWN_MS } from "../domain/circuit.js";
 import { parseDuration, parseDurationList } from "../domain/duration.js";
 import type { UserLimits } from "../domain/limits.js";
+import { FILTER_BUDGET_DEFAULTS } from "../domain/filter-budget.js";
 import { DEFAULT_OUTBOX_SHARDS, MAX_SHARDS } from "../domain/shards.js";
 import { DEFAULT_MAX_RETRY_SPAN_HOURS } from "../domain/webhook-settings.js";
 import { type HostPort, parseHostList } from "./host-list.js";
@@ -233,6 +234,14 @@ export const envSchema = z.object({
   INGRESS_EVENTS_PER_SECOND_PER_USER: int(0, 1_000_000_000).default(1000),
   /** Events one user may send at once before the per-second rate applies; larger requests are a 413. */
   INGRESS_BURST_EVENTS_PER_USER: int(1, 1_000_000_000).default(5000),
+  /**
+   * Subscription filters (docs/security.md "Filter budget"): visits (a condition tested, an array
+   * element or object key compared, a character searched) all the filters of one event may make;
+   * past it the rest answer "too costly" and the event is not delivered to those listeners.
+   */
+  FILTER_VISITS_PER_EVENT: int(1000, 1_000_000_000).default(FILTER_BUDGET_DEFAULTS.perEvent),
+  /** Visits one user's events may spend on filters per second and worker process (a one-second burst); 0 = no per-user bound. */
+  FILTER_VISITS_PER_SECOND_PER_USER: int(0, 1_000_000_000_000).default(FILTER_BUDGET_DEFAULTS.perSecondPerUser),
   /** Live tail (SPEC §9): how long a browser token from POST /v1/sources/{id}/sse_tokens is valid. */
   SSE_TOKEN_TTL_SECONDS: int(10, 7 * 24 * 3600).default(3600),
   /** Live tail: a `:sse-handshake` comment line on every open stream this often. */
@@ -329,6 +338,8 @@ export interface Config {
   readonly sourceHttpRatePerSecond: number;
   /** Per-user limits; 0 = unlimited. */
   readonly limits: UserLimits;
+  /** FILTER_VISITS_PER_EVENT, FILTER_VISITS_PER_SECOND_PER_USER (0: none). */
+  readonly filterBudget: { readonly perEvent: number; readonly perSecondPerUser: number };
   readonly liveTail: {
     readonly tokenTtlSeconds: number;
     readonly heartbeatSeconds: number;

@@ -17,12 +17,47 @@ import { ValidationError } from "./errors.js";
  * (object key order does not matter); a missing path matches only `$exists: false`, `$neq`, `$nin`
  * (and a `$not` of anything else); a numeric path segment indexes an array; `$contains` is a
  * substring test on strings and a deep-equal member test on arrays.
+ *
+ * Cost: a filter's size is bounded, but the payload's is not, so every evaluation is metered in
+ * visits (`VisitMeter`): one per path segment looked up, per value or array element compared, per
+ * key of a payload object compared, per string character searched. An evaluation that runs out
+ * stops early and answers TOO_COSTLY (`evaluateFilter`); fan-out decides what each event may spend
+ * (domain/filter-budget.ts).
  */
 
 /** A validated filter, as stored and returned (a JSON object). */
 export type SubscriptionFilter = { readonly [key: string]: unknown };
 
-export type FilterPredicate = (payload: unknown) => boolean;
+/**
+ * The visits an evaluation may still make. Spent (below zero) means the evaluation stopped early:
+ * every test then answers false at once, and the answer is TOO_COSTLY whatever the predicate says.
+ */
+export interface VisitMeter {
+  left: number;
+}
+
+/** Whether `payload` matches, spending `meter`; read the answer through `evaluateFilter`. */
+export type FilterPredicate = (payload: unknown, meter: VisitMeter) => boolean;
+
+/** The answer of an evaluation that needed more visits than it had. */
+export const TOO_COSTLY = "too_costly";
+export type FilterAnswer = boolean | typeof TOO_COSTLY;
+
+/** Evaluates `accepts` on `payload` within what `meter` has left (shared by the filters of one event). */
+export function evaluateFilter(accepts: FilterPredicate, payload: unknown, meter: VisitMeter): FilterAnswer {
+  const matched = accepts(payload, meter);
+  return meter.left < 0 ? TOO_COSTLY : matched;
+}
+
+/** Spends `cost` visits when `meter` has them; otherwise marks it spent without doing the work. */
+function afford(meter: VisitMeter, cost: number): boolean {
+  if (cost <= meter.left) {
+    meter.left -= cost;
+    return true;
+  }
+  if (meter.left >= 0) meter.left = -1;
+  return false;
+}
 
 /** Bounds on a filter (each named in the 400 that refuses one past it). */
 export const FILTER_LIMITS = {
@@ -109,7 +144,7 @@ function compile(filter: Record<string, unknown>, budget: Budget, at = ""): Filt
       if (key === "$not") {
         if (!isObject(value)) throw problem(`${where} must be a filter object`);
         const inner = compile(value, budget, where);
-        parts.push((p) => !inner(p));
+        parts.push((p, m) => !inner(p, m));
         continue;
       }
       if (!Array.isArray(value) || value.length === 0) throw problem(`${where} must be a non-empty array of filter objects`);
@@ -117,17 +152,19 @@ function compile(filter: Record<string, unknown>, budget: Budget, at = ""): Filt
         if (!isObject(f)) throw problem(`${where}[${i}] must be a filter object`);
         return compile(f, budget, `${where}[${i}]`);
       });
-      parts.push(key === "$and" ? (p) => inner.every((f) => f(p)) : (p) => inner.some((f) => f(p)));
+      parts.push(key === "$and" ? (p, m) => inner.every((f) => f(p, m)) : (p, m) => inner.some((f) => f(p, m)));
       continue;
     }
     const path = parsePath(key);
     spend(budget);
     const test = compileCondition(value, budget, key);
-    parts.push((p) => test(resolve(p, path)));
+    // One visit per segment looked up.
+    const cost = path.length;
+    parts.push((p, m) => afford(m, cost) && test(resolve(p, path), m));
   }
   if (parts.length === 1) return parts[0] as FilterPredicate;
-  return (p) => {
-    for (const f of parts) if (!f(p)) return false;
+  return (p, m) => {
+    for (const f of parts) if (!f(p, m)) return false;
     return true;
   };
 }
@@ -163,11 +200,14 @@ function resolve(payload: unknown, path: readonly string[]): Resolved {
   return v;
 }
 
-type ValueTest = (v: Resolved) => boolean;
+type ValueTest = (v: Resolved, meter: VisitMeter) => boolean;
 
 /** A literal (deep equality) or an operator object (every operator must hold). */
 function compileCondition(condition: unknown, budget: Budget, path: string): ValueTest {
-  if (!isOperatorObject(condition)) return (v) => v !== MISSING && deepEqual(v, condition);
+  if (!isOperatorObject(condition)) {
+    const equal = equalTo(condition);
+    return (v, m) => v !== MISSING && equal(v, m);
+  }
   const tests: ValueTest[] = [];
   for (const [op, operand] of Object.entries(condition)) {
     if (!op.startsWith("$")) throw problem(`at ${path}: an operator object cannot also have the field ${JSON.stringify(op)}`);
@@ -176,16 +216,20 @@ function compileCondition(condition: unknown, budget: Budget, path: string): Val
     tests.push(compileOperator(op, operand, budget, path));
   }
   if (tests.length === 1) return tests[0] as ValueTest;
-  return (v) => tests.every((t) => t(v));
+  return (v, m) => tests.every((t) => t(v, m));
 }
 
 function compileOperator(op: string, operand: unknown, budget: Budget, path: string): ValueTest {
   const bad = (what: string) => problem(`${op} at ${path} ${what}`);
   switch (op) {
-    case "$eq":
-      return (v) => v !== MISSING && deepEqual(v, operand);
-    case "$neq":
-      return (v) => v === MISSING || !deepEqual(v, operand);
+    case "$eq": {
+      const equal = equalTo(operand);
+      return (v, m) => v !== MISSING && equal(v, m);
+    }
+    case "$neq": {
+      const equal = equalTo(operand);
+      return (v, m) => v === MISSING || !equal(v, m);
+    }
     case "$gt":
     case "$gte":
     case "$lt":
@@ -197,12 +241,12 @@ function compileOperator(op: string, operand: unknown, budget: Budget, path: str
     case "$in":
     case "$nin": {
       if (!Array.isArray(operand)) throw bad("needs an array");
-      // Scalars through a Set (same answers as deepEqual: ===, and JSON has no NaN), so a long list costs one lookup.
+      // Scalars through a Set (same answers as deep equality: ===, and JSON has no NaN), so a long list costs one lookup.
       const scalars = new Set(operand.filter((m) => m === null || typeof m !== "object"));
-      const composites = operand.filter((m) => m !== null && typeof m === "object");
-      const isIn = (v: Resolved) =>
-        v !== MISSING && (v === null || typeof v !== "object" ? scalars.has(v) : composites.some((m) => deepEqual(v, m)));
-      return op === "$in" ? isIn : (v) => !isIn(v);
+      const composites = operand.filter((m) => m !== null && typeof m === "object").map(equalTo);
+      const isIn = (v: Resolved, meter: VisitMeter) =>
+        v !== MISSING && (v === null || typeof v !== "object" ? scalars.has(v) : composites.some((equal) => equal(v, meter)));
+      return op === "$in" ? isIn : (v, m) => !isIn(v, m);
     }
     case "$exists":
       if (typeof operand !== "boolean") throw bad("needs true or false");
@@ -211,14 +255,18 @@ function compileOperator(op: string, operand: unknown, budget: Budget, path: str
       if (typeof operand !== "string") throw bad("needs a string");
       return (v) => typeof v === "string" && v.startsWith(operand);
     case "$contains":
-      return (v) =>
+      if (operand !== null && typeof operand === "object") {
+        const equal = equalTo(operand);
+        return (v, m) => Array.isArray(v) && containsEqual(v, equal, m);
+      }
+      return (v, m) =>
         typeof v === "string"
-          ? typeof operand === "string" && v.includes(operand)
-          : Array.isArray(v) && v.some((m) => deepEqual(m, operand));
+          ? typeof operand === "string" && afford(m, v.length) && v.includes(operand)
+          : Array.isArray(v) && containsScalar(v, operand, m);
     default: {
       // $not: a condition (a literal or an operator object), negated; true on a missing path.
       const inner = compileCondition(operand, budget, path);
-      return (v) => !inner(v);
+      return (v, m) => !inner(v, m);
     }
   }
 }
@@ -230,20 +278,69 @@ const ORDER: Record<(typeof COMPARISONS)[number], (a: number | string, b: number
   $lte: (a, b) => a <= b,
 };
 
-/** Deep equality of JSON values: arrays by position, objects by key set regardless of order. */
-export function deepEqual(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
-  if (Array.isArray(a) !== Array.isArray(b)) return false;
-  if (Array.isArray(a)) {
-    const bs = b as unknown[];
-    return a.length === bs.length && a.every((x, i) => deepEqual(x, bs[i]));
+/**
+ * Whether `list` holds the scalar `x` (deep equality with a scalar is ===), one visit per element looked
+ * at: only as many as `meter` affords are looked at.
+ */
+function containsScalar(list: readonly unknown[], x: unknown, meter: VisitMeter): boolean {
+  if (list.length <= meter.left) {
+    const at = list.indexOf(x);
+    meter.left -= at < 0 ? list.length : at + 1;
+    return at >= 0;
   }
-  const ao = a as Record<string, unknown>;
-  const bo = b as Record<string, unknown>;
-  const keys = Object.keys(ao);
-  if (keys.length !== Object.keys(bo).length) return false;
-  return keys.every((k) => Object.hasOwn(bo, k) && deepEqual(ao[k], bo[k]));
+  const reach = Math.max(meter.left, 0);
+  for (let i = 0; i < reach; i++) {
+    if (list[i] === x) {
+      meter.left -= i + 1;
+      return true;
+    }
+  }
+  meter.left = -1;
+  return false;
+}
+
+/** Whether `list` has a member `equal` accepts (one visit per member, and what comparing it costs). */
+function containsEqual(list: readonly unknown[], equal: EqualTest, meter: VisitMeter): boolean {
+  for (const member of list) {
+    if (equal(member, meter)) return true;
+    if (meter.left < 0) return false;
+  }
+  return false;
+}
+
+type EqualTest = (v: unknown, meter: VisitMeter) => boolean;
+
+/**
+ * Deep equality with the filter's value `x` (arrays by position, objects by key set regardless of
+ * order), compiled once: one visit per value compared, and, for a payload object that has every
+ * key of `x` with equal values, one per key it has (counting them costs as many, and a payload
+ * object may have any number; one missing a key of `x` is refused before they are counted).
+ */
+function equalTo(x: unknown): EqualTest {
+  if (x === null || typeof x !== "object") return (v, m) => --m.left >= 0 && v === x;
+  if (Array.isArray(x)) {
+    const items = x.map(equalTo);
+    return (v, m) => {
+      if (--m.left < 0 || !Array.isArray(v) || v.length !== items.length) return false;
+      for (let i = 0; i < items.length; i++) if (!(items[i] as EqualTest)(v[i], m)) return false;
+      return true;
+    };
+  }
+  const record = x as Record<string, unknown>;
+  const keys = Object.keys(record);
+  const values = keys.map((k) => equalTo(record[k]));
+  return (v, m) => {
+    if (--m.left < 0 || v === null || typeof v !== "object" || Array.isArray(v)) return false;
+    const o = v as Record<string, unknown>;
+    for (let i = 0; i < keys.length; i++) {
+      const k = keys[i] as string;
+      if (!Object.hasOwn(o, k) || !(values[i] as EqualTest)(o[k], m)) return false;
+    }
+    // Every key of `x` is there with its value: equal when it has no other.
+    const count = Object.keys(o).length;
+    m.left -= count;
+    return m.left >= 0 && count === keys.length;
+  };
 }
 
 /** A filter no one can read (stored by a newer version, say) matches nothing: fail closed. */

@@ -1,6 +1,14 @@
 import { type DeliveryOrigin, JOB_STARTS } from "../domain/delivery-plan.js";
 import { deliveryIdFor, type ListenerKind, listenerKindOf, sourceRunIdFor } from "../domain/ids.js";
-import type { FilterPredicate, FilterPredicates, SubscriptionFilter } from "../domain/subscription-filter.js";
+import { type FilterAllowance, type FilterBudgetLimit, FilterBudgets } from "../domain/filter-budget.js";
+import {
+  evaluateFilter,
+  type FilterPredicate,
+  type FilterPredicates,
+  type SubscriptionFilter,
+  TOO_COSTLY,
+  type VisitMeter,
+} from "../domain/subscription-filter.js";
 import { newDeliveryJob } from "../delivery/jobs.js";
 import type { DeliveryJob, SourceRunJob } from "../queue/catalog.js";
 import type { OutboxEntry } from "./outbox.js";
@@ -69,7 +77,8 @@ export function matchedListeners(
   }
   return [...tests].map(([listenerId, list]) => ({
     listenerId,
-    accepts: list === null ? null : list.length === 1 ? (list[0] as FilterPredicate) : (p: unknown) => list.some((f) => f(p)),
+    accepts:
+      list === null ? null : list.length === 1 ? (list[0] as FilterPredicate) : (p: unknown, m: VisitMeter) => list.some((f) => f(p, m)),
   }));
 }
 
@@ -96,7 +105,34 @@ export interface FanoutPlan {
   readonly filtered: Record<ListenerKind, number>;
   /** The same, per listener: one for each (event, listener) a filter left out, in entry order. */
   readonly filteredFor: { readonly userId: string; readonly listenerId: string; readonly eventId: string }[];
+  /**
+   * Deliveries and source runs left out because their filters needed more visits than the event's
+   * allowance (tributary_deliveries_total{outcome="filter_budget"}): fail closed, as for a filter
+   * that cannot be read.
+   */
+  readonly overBudget: Record<ListenerKind, number>;
+  /** The events whose filters ran out, each once, with the listeners they were kept from. */
+  readonly overBudgetEvents: OverBudgetEvent[];
 }
+
+export interface OverBudgetEvent {
+  readonly entry: OutboxEntry;
+  readonly listenerIds: string[];
+  /** Which bound stopped them: the event's own (FILTER_VISITS_PER_EVENT), or its user's (FILTER_VISITS_PER_SECOND_PER_USER). */
+  readonly limit: FilterBudgetLimit;
+}
+
+/** What the filters of a batch may spend, and when (the time refills users' allowances). */
+export interface FilterSpending {
+  readonly budgets: FilterBudgets;
+  readonly nowMs: number;
+}
+
+/** No bound: for callers that plan without a budget (tests of the plan itself). */
+const UNBOUNDED: FilterSpending = {
+  budgets: new FilterBudgets({ perEvent: Number.POSITIVE_INFINITY, perSecondPerUser: 0 }),
+  nowMs: 0,
+};
 
 /** `redo` for entries taken over from another consumer (or read again): their deliveries may be done already. */
 export type FanoutOrigin = Extract<DeliveryOrigin, "fanout" | "redo">;
@@ -104,13 +140,17 @@ export type FanoutOrigin = Extract<DeliveryOrigin, "fanout" | "redo">;
 /**
  * The plan for `entries`, given the listeners each one matched (`matches[i]` for `entries[i]`,
  * each listener once: matchedListeners). A listener whose filter refuses the event gets nothing;
- * an event's payload is parsed once, and only when one of its listeners has a filter.
+ * an event's payload is parsed once, and only when one of its listeners has a filter and the
+ * event's allowance (`spending`) is not empty. The filters of an event share its allowance, in
+ * listener order; what they spent is charged to the emitting user.
  */
 export function planFanout(
   entries: readonly OutboxEntry[],
   matches: readonly (readonly MatchedListener[])[],
   origin: FanoutOrigin,
+  spending: FilterSpending = UNBOUNDED,
 ): FanoutPlan {
+  const { budgets, nowMs } = spending;
   const start = origin === "redo" ? JOB_STARTS.redo : JOB_STARTS.fanout;
   const deliveries: DeliveryJob[] = [];
   const entryOf: string[] = [];
@@ -118,18 +158,31 @@ export function planFanout(
   const counts = { webhook: 0, workflow: 0, source: 0 };
   const filtered = { webhook: 0, workflow: 0, source: 0 };
   const filteredFor: { userId: string; listenerId: string; eventId: string }[] = [];
+  const overBudget = { webhook: 0, workflow: 0, source: 0 };
+  const overBudgetEvents: OverBudgetEvent[] = [];
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i] as OutboxEntry;
     let payload: unknown;
-    let parsed = false;
+    let allowance: FilterAllowance | undefined;
+    const meter: VisitMeter = { left: 0 };
+    let stopped: string[] | undefined;
     for (const { listenerId, accepts } of matches[i] ?? []) {
       const kind = listenerKindOf(listenerId);
       if (accepts && kind) {
-        if (!parsed) {
-          payload = parsePayload(e.payload);
-          parsed = true;
+        if (!allowance) {
+          allowance = budgets.allowance(e.userId, nowMs);
+          meter.left = allowance.visits;
+          // Nothing to spend: not even the parse is done (every filter of the event answers TOO_COSTLY).
+          payload = allowance.visits > 0 ? parsePayload(e.payload) : UNREADABLE;
         }
-        if (!accepts(payload)) {
+        const answer = evaluateFilter(accepts, payload, meter);
+        if (answer === TOO_COSTLY) {
+          overBudget[kind]++;
+          if (stopped) stopped.push(listenerId);
+          else stopped = [listenerId];
+          continue;
+        }
+        if (!answer) {
           filtered[kind]++;
           filteredFor.push({ userId: e.userId, listenerId, eventId: e.eventId });
           continue;
@@ -159,6 +212,10 @@ export function planFanout(
         });
       }
     }
+    if (allowance) {
+      budgets.spend(e.userId, allowance.visits - meter.left, nowMs);
+      if (stopped) overBudgetEvents.push({ entry: e, listenerIds: stopped, limit: allowance.limit });
+    }
   }
-  return { deliveries, entryOf, sourceRuns, counts, filtered, filteredFor };
+  return { deliveries, entryOf, sourceRuns, counts, filtered, filteredFor, overBudget, overBudgetEvents };
 }

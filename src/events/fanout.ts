@@ -3,6 +3,7 @@ import type { DirectDelivery } from "../delivery/direct.js";
 import type { DeliveryJobQueue } from "../delivery/jobs.js";
 import type { DeliveryJob, SourceRunJob } from "../queue/catalog.js";
 import { mayAttemptDirectly } from "../domain/delivery-plan.js";
+import { FILTER_BUDGET_DEFAULTS, type FilterBudgetLimits, FilterBudgets } from "../domain/filter-budget.js";
 import { FilterPredicates } from "../domain/subscription-filter.js";
 import type { Logger } from "../observability/logger.js";
 import type { Metrics } from "../observability/metrics.js";
@@ -11,7 +12,7 @@ import type { Keys } from "../store/keys.js";
 import type { AckToken } from "../store/replica-ack.js";
 import { FANOUT_GROUP, OutboxStream, type ReadGroup, type StreamEntries } from "../store/outbox-stream.js";
 import type { FilteredCount, SubscriptionStore } from "../store/subscriptions.js";
-import { type FanoutOrigin, type FanoutPlan, matchedListeners, planFanout, planLookups } from "./fanout-plan.js";
+import { type FanoutOrigin, type FanoutPlan, matchedListeners, type OverBudgetEvent, planFanout, planLookups } from "./fanout-plan.js";
 import { type OutboxEntry, parseOutboxEntry } from "./outbox.js";
 
 export { FANOUT_GROUP };
@@ -56,6 +57,10 @@ export interface FanoutDeps {
    * `confirm` after them (store/replica-ack.ts); an entry not confirmed stays pending and is redone.
    */
   replicas?: { begin(): AckToken; confirm(token: AckToken): Promise<void> };
+  /** What subscription filters may spend per event and per emitting user (domain/filter-budget.ts); default FILTER_BUDGET_DEFAULTS. */
+  filterBudget?: FilterBudgetLimits;
+  /** Tells users whose events' filters ran out (events/filter-budget-report.ts); never rejects. Without it they are only counted. */
+  overBudget?: { report(events: readonly OverBudgetEvent[]): Promise<void> };
 }
 
 /** Takes source runs; a run whose id it took before (a redone entry) is not added twice. */
@@ -93,9 +98,12 @@ export class FanoutWorker {
 
   /** Subscription filters compiled once per process, by their JSON text (SPEC §12). */
   private readonly filters = new FilterPredicates();
+  /** What their evaluations may spend: per event, and per emitting user across this process's loops. */
+  private readonly filterBudgets: FilterBudgets;
 
   constructor(private readonly d: FanoutDeps) {
     this.outbox = new OutboxStream(d.redis, d.blocking, d.keys, d.openBlocking);
+    this.filterBudgets = new FilterBudgets(d.filterBudget ?? FILTER_BUDGET_DEFAULTS);
   }
 
   /** Removes consumers idle for `minIdleMs` with nothing pending (store/scripts/prune-consumers.ts); returns how many. */
@@ -276,13 +284,23 @@ export class FanoutWorker {
       entries,
       lookupOf.map((at) => listeners[at] ?? []),
       origin,
+      { budgets: this.filterBudgets, nowMs: Date.now() },
     );
     // One counter update per kind and batch (a labelled inc costs a label hash each time).
     for (const [kind, n] of Object.entries(plan.counts)) if (n > 0) this.d.metrics.fanoutJobs.inc({ listener_kind: kind }, n);
     for (const [kind, n] of Object.entries(plan.filtered))
       if (n > 0) this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "filtered" }, n);
     if (plan.filteredFor.length > 0) this.countFiltered(plan.filteredFor);
+    let reporting: Promise<void> | undefined;
+    if (plan.overBudgetEvents.length > 0) {
+      for (const [kind, n] of Object.entries(plan.overBudget))
+        if (n > 0) this.d.metrics.deliveries.inc({ listener_kind: kind, outcome: "filter_budget" }, n);
+      for (const e of plan.overBudgetEvents) this.d.metrics.filterBudgetExceeded.inc({ limit: e.limit });
+      // Beside the dispatch, not before it: the report must not delay the batch's deliveries.
+      reporting = this.d.overBudget?.report(plan.overBudgetEvents);
+    }
     const held = await this.dispatch(plan, origin, token);
+    await reporting;
     return held.size === 0 ? ids : ids.filter((id) => !held.has(id));
   }
 

@@ -96,8 +96,14 @@ export function createMetrics(registry: Registry, opts: { defaultMetrics?: boole
     }),
     deliveries: new Counter({
       name: "tributary_deliveries_total",
-      help: "Finished delivery attempts by listener kind and outcome (delivered, retry, failed, deactivated, skipped, undeliverable; rate_limited: an attempt put off by its webhook's rate limit, not made; circuit_open: one put off by its webhook's open circuit, not made; capped: one put off because its user or destination had DELIVERY_CONCURRENCY_PER_USER or _PER_DESTINATION attempts in flight; filtered: an event a subscription filter kept from a listener, source listeners included)",
+      help: "Finished delivery attempts by listener kind and outcome (delivered, retry, failed, deactivated, skipped, undeliverable; rate_limited: an attempt put off by its webhook's rate limit, not made; circuit_open: one put off by its webhook's open circuit, not made; capped: one put off because its user or destination had DELIVERY_CONCURRENCY_PER_USER or _PER_DESTINATION attempts in flight; filtered: an event a subscription filter kept from a listener, source listeners included; filter_budget: one kept from a listener because the event's filters needed more than their budget)",
       labelNames: ["listener_kind", "outcome"] as const,
+      registers,
+    }),
+    filterBudgetExceeded: new Counter({
+      name: "tributary_filter_budget_exceeded_total",
+      help: "Events whose subscription filters ran out of visits before answering, by the bound that stopped them (event: FILTER_VISITS_PER_EVENT; user: the emitting user's FILTER_VISITS_PER_SECOND_PER_USER)",
+      labelNames: ["limit"] as const,
       registers,
     }),
     circuitTransitions: new Counter({

@@ -717,7 +717,11 @@ function invariantProblem(req: FuzzRequest, res: FuzzAnswer): string | undefined
   const path = req.path.split("?")[0] ?? req.path;
   // The client sends the path as the URL parser resolves it ("/e/../x" is "/x"): endpoints are
   // judged on what the daemon was sent.
-  return endpointProblem(req, res, new URL(path, "http://fuzz.invalid").pathname) ?? (req.endpointListener ? undefined : guardProblem(req, res, path)) ?? answerProblem(req, res);
+  return (
+    endpointProblem(req, res, new URL(path, "http://fuzz.invalid").pathname) ??
+    (req.endpointListener ? undefined : guardProblem(req, res, path)) ??
+    answerProblem(req, res)
+  );
 }
 
 /** Every answer of an endpoint path, and every answer of the endpoints' listener, is sandboxed; that listener serves nothing else. */

@@ -3,13 +3,17 @@ import { describe, expect, it } from "vitest";
 import { ValidationError } from "../../../src/domain/errors.js";
 import {
   compileFilter,
+  evaluateFilter,
   FILTER_LIMITS,
+  type FilterAnswer,
   FilterPredicates,
   parseSubscriptionFilter,
   type SubscriptionFilter,
+  TOO_COSTLY,
 } from "../../../src/domain/subscription-filter.js";
 
-const matches = (filter: SubscriptionFilter, payload: unknown) => compileFilter(filter)(payload);
+const unmetered = () => ({ left: Number.POSITIVE_INFINITY });
+const matches = (filter: SubscriptionFilter, payload: unknown): FilterAnswer => evaluateFilter(compileFilter(filter), payload, unmetered());
 
 /** The 400 message parseSubscriptionFilter gives `raw`, or "" when it accepts it. */
 function refusal(raw: unknown): string {
@@ -171,7 +175,7 @@ describe("FilterPredicates", () => {
 
   it("matches nothing with a filter it cannot compile (fail closed)", () => {
     const cache = new FilterPredicates();
-    expect(cache.predicateFor({ n: { $regex: "x" } })({ n: "x" })).toBe(false);
+    expect(cache.predicateFor({ n: { $regex: "x" } })({ n: "x" }, unmetered())).toBe(false);
   });
 });
 
@@ -289,7 +293,7 @@ describe("compileFilter agrees with a reference interpreter", () => {
   it("on generated filters and payloads", () => {
     fc.assert(
       fc.property(filter, fc.array(payload, { minLength: 1, maxLength: 5 }), (f, payloads) => {
-        let compiled: ((p: unknown) => boolean) | undefined;
+        let compiled: ReturnType<typeof compileFilter> | undefined;
         try {
           compiled = compileFilter(f);
         } catch (err) {
@@ -297,7 +301,107 @@ describe("compileFilter agrees with a reference interpreter", () => {
           expect((err as Error).message).toMatch(/more than|deeper than/);
           return;
         }
-        for (const p of payloads) expect(compiled(p)).toBe(refMatch(f, p));
+        for (const p of payloads) expect(evaluateFilter(compiled, p, unmetered())).toBe(refMatch(f, p));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The visit budget: an evaluation stops where its meter runs out and answers TOO_COSTLY.
+
+/** `items` behind a proxy that counts reads of its elements (what an evaluation looked at). */
+function counted(items: unknown[]): { list: unknown[]; reads: () => number } {
+  let reads = 0;
+  const list = new Proxy(items, {
+    get(target, key, receiver) {
+      if (typeof key === "string" && /^\d+$/.test(key)) reads++;
+      return Reflect.get(target, key, receiver);
+    },
+  });
+  return { list, reads: () => reads };
+}
+
+/** One `$or` of `n` `$contains` on `items`, none of which matches. */
+const manyContains = (n: number) => ({ $or: Array.from({ length: n }, (_, i) => ({ items: { $contains: `absent-${i}` } })) });
+
+describe("evaluateFilter within a visit budget", () => {
+  it("stops a filter that would visit more than its budget, having looked at no more than that", () => {
+    const filter = parseSubscriptionFilter(manyContains(63)) as SubscriptionFilter;
+    const { list, reads } = counted(new Array(200_000).fill(0));
+    const meter = { left: 10_000 };
+    expect(evaluateFilter(compileFilter(filter), { items: list }, meter)).toBe(TOO_COSTLY);
+    expect(meter.left).toBeLessThan(0);
+    // 63 × 200,000 reads without the budget.
+    expect(reads()).toBeLessThanOrEqual(10_000);
+  });
+
+  it("answers as before when the budget covers the work, and counts what it spent", () => {
+    const filter = compileFilter({ tags: { $contains: "vip" }, order: { $gte: 40 } });
+    const meter = { left: 100 };
+    // Two one-segment paths, and three elements looked at to find "vip".
+    expect(evaluateFilter(filter, { tags: ["a", "b", "vip", "c"], order: 42 }, meter)).toBe(true);
+    expect(100 - meter.left).toBe(5);
+    expect(evaluateFilter(filter, { tags: ["a"], order: 42 }, { left: 100 })).toBe(false);
+    // Exactly the work needed is enough; one visit less is not.
+    expect(evaluateFilter(filter, { tags: ["a", "b", "vip", "c"], order: 42 }, { left: 5 })).toBe(true);
+    expect(evaluateFilter(filter, { tags: ["a", "b", "vip", "c"], order: 42 }, { left: 4 })).toBe(TOO_COSTLY);
+    // A path costs a visit per segment, the literal compared one more.
+    const deep = { left: 10 };
+    expect(evaluateFilter(compileFilter({ "a.b.c": 1 }), { a: { b: { c: 1 } } }, deep)).toBe(true);
+    expect(10 - deep.left).toBe(4);
+  });
+
+  it("charges a string search one visit per character, before searching", () => {
+    const filter = compileFilter({ text: { $contains: "needle" } });
+    expect(evaluateFilter(filter, { text: `${"x".repeat(1000)}needle` }, { left: 1007 })).toBe(true);
+    expect(evaluateFilter(filter, { text: `${"x".repeat(1000)}needle` }, { left: 1006 })).toBe(TOO_COSTLY);
+  });
+
+  it("charges an object compared for equality one visit per key of the payload's object, once it has the filter's keys", () => {
+    const big = Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`k${i}`, i]));
+    const filter = compileFilter({ obj: { a: 1 } });
+    expect(evaluateFilter(filter, { obj: { a: 1, ...big } }, { left: 1000 })).toBe(TOO_COSTLY);
+    expect(evaluateFilter(filter, { obj: { a: 1, ...big } }, { left: 6000 })).toBe(false);
+    // Without the filter's key it is refused before its keys are counted.
+    expect(evaluateFilter(filter, { obj: big }, { left: 10 })).toBe(false);
+    const members = counted(Array.from({ length: 100_000 }, () => ({ b: 2 })));
+    expect(evaluateFilter(compileFilter({ list: { $contains: { a: 1 } } }), { list: members.list }, { left: 1000 })).toBe(TOO_COSTLY);
+    expect(members.reads()).toBeLessThanOrEqual(1000);
+  });
+
+  it("shares one meter between the filters of an event: once spent, every later one is TOO_COSTLY at once", () => {
+    const costly = compileFilter(manyContains(10));
+    const cheap = compileFilter({ n: 1 });
+    const meter = { left: 50 };
+    const payload = { items: new Array(100).fill(0), n: 1 };
+    expect(evaluateFilter(cheap, payload, meter)).toBe(true);
+    expect(evaluateFilter(costly, payload, meter)).toBe(TOO_COSTLY);
+    expect(evaluateFilter(cheap, payload, meter)).toBe(TOO_COSTLY);
+  });
+
+  it("never gives a wrong answer: within any budget it is the unbounded answer or TOO_COSTLY, and enough budget gives the answer", () => {
+    fc.assert(
+      fc.property(filter, payload, fc.nat({ max: 40 }), (f, p, budget) => {
+        let compiled: ReturnType<typeof compileFilter>;
+        try {
+          compiled = compileFilter(f);
+        } catch {
+          return;
+        }
+        const free = { left: Number.POSITIVE_INFINITY };
+        const unbounded = evaluateFilter(compiled, p, { left: 1_000_000 });
+        expect(unbounded).toBe(evaluateFilter(compiled, p, free));
+        expect(unbounded).toBe(refMatch(f, p));
+        const meter = { left: budget };
+        const bounded = evaluateFilter(compiled, p, meter);
+        if (bounded === TOO_COSTLY) return;
+        expect(bounded).toBe(unbounded);
+        // What it spent is what the unbounded run spends: the same work, whatever the budget.
+        const full = { left: 1_000_000 };
+        evaluateFilter(compiled, p, full);
+        expect(budget - meter.left).toBe(1_000_000 - full.left);
       }),
       { numRuns: 3000 },
     );

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { deliveryIdFor, listenerKindOf, sourceRunIdFor } from "../../../src/domain/ids.js";
+import { FilterBudgets } from "../../../src/domain/filter-budget.js";
 import { FilterPredicates } from "../../../src/domain/subscription-filter.js";
 import { type MatchedListener, matchedListeners, planFanout, planLookups, uniqueListeners } from "../../../src/events/fanout-plan.js";
 import { OUTBOX_FIELDS, type OutboxEntry, parseOutboxEntry } from "../../../src/events/outbox.js";
@@ -161,6 +162,8 @@ describe("planFanout", () => {
       counts: { webhook: 0, workflow: 0, source: 0 },
       filtered: { webhook: 0, workflow: 0, source: 0 },
       filteredFor: [],
+      overBudget: { webhook: 0, workflow: 0, source: 0 },
+      overBudgetEvents: [],
     });
   });
 
@@ -224,5 +227,71 @@ describe("planFanout", () => {
     expect(predicates.size).toBe(1);
     expect(second[0]?.accepts).toBe(first[0]?.accepts);
     expect(second[1]?.accepts).toBe(first[0]?.accepts);
+  });
+
+  describe("within the filter budget", () => {
+    /** One `$or` of 20 `$contains` that never match, on `items`. */
+    const costly = { $or: Array.from({ length: 20 }, (_, i) => ({ items: { $contains: `absent-${i}` } })) };
+    const bigEntry = (n: number, over: Partial<OutboxEntry> = {}) =>
+      entry(n, { payload: JSON.stringify({ n, items: new Array(1000).fill(0) }), ...over });
+
+    it("keeps the event from the listeners whose filters ran out of the event's visits, and names them", () => {
+      const listeners = matchedListeners(
+        [
+          { listener_id: "wh_cheap", filter: { n: 1 } },
+          { listener_id: "wh_costly", filter: costly },
+          { listener_id: "dc_after", filter: { n: 1 } },
+          { listener_id: "p_all", filter: null },
+        ],
+        new FilterPredicates(),
+      );
+      const budgets = new FilterBudgets({ perEvent: 5000, perSecondPerUser: 0 });
+      const plan = planFanout([bigEntry(1)], [listeners], "fanout", { budgets, nowMs: 0 });
+      // The cheap filter before the costly one answered; the one after found the event's visits spent.
+      expect(plan.deliveries.map((d) => d.listenerId)).toEqual(["wh_cheap", "p_all"]);
+      expect(plan.sourceRuns).toEqual([]);
+      expect(plan.overBudget).toEqual({ webhook: 1, workflow: 0, source: 1 });
+      expect(plan.filtered).toEqual({ webhook: 0, workflow: 0, source: 0 });
+      expect(plan.overBudgetEvents).toEqual([{ entry: bigEntry(1), listenerIds: ["wh_costly", "dc_after"], limit: "event" }]);
+      // Without a budget the same plan delivers by the filters' answers.
+      const free = planFanout([bigEntry(1)], [listeners], "fanout");
+      expect(free.deliveries.map((d) => d.listenerId)).toEqual(["wh_cheap", "p_all"]);
+      expect(free.filtered).toEqual({ webhook: 1, workflow: 0, source: 0 });
+      expect(free.sourceRuns.map((r) => r.data.sourceId)).toEqual(["dc_after"]);
+    });
+
+    it("charges the emitting user: once their second's worth is spent their filters answer too costly, another user's do not", () => {
+      const listeners = matchedListeners([{ listener_id: "wh_a", filter: costly }], new FilterPredicates());
+      const budgets = new FilterBudgets({ perEvent: 100_000, perSecondPerUser: 50_000 });
+      const a = Array.from({ length: 5 }, (_, i) => bigEntry(i + 1, { userId: "u_a" }));
+      const b = bigEntry(9, { userId: "u_b" });
+      const plan = planFanout(
+        [...a, b],
+        [...a, b].map(() => listeners),
+        "fanout",
+        { budgets, nowMs: 0 },
+      );
+      // Each of A's events spends 20 × 1,000 visits: two fit in 50,000, the third runs out.
+      expect(plan.filtered.webhook).toBe(3);
+      expect(plan.overBudgetEvents.map((e) => [e.entry.userId, e.entry.eventId, e.limit])).toEqual([
+        ["u_a", "100-3", "user"],
+        ["u_a", "100-4", "user"],
+        ["u_a", "100-5", "user"],
+      ]);
+      // A second later A's allowance is whole again.
+      const later = planFanout([bigEntry(6, { userId: "u_a" })], [listeners], "fanout", { budgets, nowMs: 1000 });
+      expect(later.filtered.webhook).toBe(1);
+      expect(later.overBudgetEvents).toEqual([]);
+    });
+
+    it("reads no payload for a user with nothing left", () => {
+      const listeners = matchedListeners([{ listener_id: "wh_a", filter: { n: 1 } }], new FilterPredicates());
+      const budgets = new FilterBudgets({ perEvent: 1000, perSecondPerUser: 1000 });
+      budgets.spend("u_1", 5000, 0);
+      // Not JSON: read, it would simply match nothing (filtered); unread, it is over budget.
+      const plan = planFanout([entry(1, { payload: "{not json" })], [listeners], "fanout", { budgets, nowMs: 0 });
+      expect(plan.filtered.webhook).toBe(0);
+      expect(plan.overBudget.webhook).toBe(1);
+    });
   });
 });
