@@ -340,9 +340,13 @@ async function workload(): Promise<void> {
   const bad = ok(await api.post("/v1/webhooks", { json: { url: rx.url("/bad"), name: "bad" } }), "webhook").body.data;
   ok(await api.put(`/v1/webhooks/${good.id}`, { json: { description: "kept" } }), "update webhook");
   ok(await api.post(`/v1/webhooks/${good.id}/secret/rotate`), "rotate secret");
+  // A rate-limited webhook: its attempts take start slots (store/scripts/webhook-slot.ts).
+  const paced = ok(await api.post("/v1/webhooks", { json: { url: rx.url("/paced"), name: "paced", rate_limit_per_second: 50 } }), "webhook")
+    .body.data;
   const p = `p_${Date.now().toString(36)}slots`;
   ok(await api.put(`/v1/workflows/${p}`, { json: { name: "Orders" } }), "workflow");
   ok(await api.post("/v1/subscriptions", { json: { emitter_id: p, listener_id: good.id } }), "subscribe");
+  ok(await api.post("/v1/subscriptions", { json: { emitter_id: p, listener_id: paced.id } }), "subscribe paced");
   ok(await api.post("/v1/subscriptions", { json: { emitter_id: p, listener_id: bad.id, event_name: "other" } }), "subscribe");
   ok(await api.post("/v1/subscriptions", { json: { emitter_id: http.id, listener_id: good.id } }), "subscribe source");
   ok(await api.post("/v1/auto_subscriptions", { json: { listener_id: good.id, event_name: "$errors" } }), "auto-subscribe");
@@ -413,7 +417,10 @@ async function workload(): Promise<void> {
   });
 
   // Deliveries: one delivered, one failing (retries, circuit), then listing, retry and a replay.
-  await waitFor(() => rx.to("/good").length >= 14 && rx.to("/bad").length >= 1, { timeoutMs: 30_000, what: "deliveries to both webhooks" });
+  await waitFor(() => rx.to("/good").length >= 14 && rx.to("/bad").length >= 1 && rx.to("/paced").length >= 1, {
+    timeoutMs: 30_000,
+    what: "deliveries to both webhooks",
+  });
   const failed = await waitFor(
     async () => (await api.get(`/v1/webhooks/${bad.id}/deliveries`)).body?.data?.find((d: { status: string }) => d.status === "failed"),
     { timeoutMs: 30_000, what: "a failed delivery" },
