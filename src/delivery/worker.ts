@@ -15,6 +15,9 @@ export class RetryLater extends Error {
   ) {
     super(reason);
     this.name = "RetryLater";
+    // BullMQ keeps the stack of every failed attempt in the job's hash while it waits: a verdict,
+    // not a fault, needs no frames (every retrying delivery would carry a few hundred bytes each).
+    this.stack = `RetryLater: ${reason}`;
   }
 }
 

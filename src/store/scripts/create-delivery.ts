@@ -17,7 +17,9 @@ import { script, type ScriptDef } from "../script.js";
  * workflow), all under the user's hash tag; ARGV[1] record JSON,
  * ARGV[2] score, ARGV[3] delivery id, ARGV[4] limit, ARGV[5] slack, ARGV[6] scan size, ARGV[7]
  * the record key prefix. A record is pending when its JSON holds `"status":"pending"` with bare
- * quotes: string values escape every quote, so only the top-level key can match.
+ * quotes: string values escape every quote, so only the top-level key can match. A trimmed record
+ * that refers to its event's stored payload (`payload_key`, a key of the same user: store/payloads.ts)
+ * releases its hold there, and the payload goes with its last holder (as payload-release.ts does).
  */
 export const CREATE_DELIVERY: ScriptDef = script(
   "tribCreateDelivery",
@@ -37,7 +39,17 @@ for i, id in ipairs(oldest) do
   local raw = raws[i]
   if not raw or not string.find(raw, '"status":"pending"', 1, true) then
     ids[#ids + 1] = id
-    if raw then dels[#dels + 1] = recordKeys[i] end
+    if raw then
+      dels[#dels + 1] = recordKeys[i]
+      if string.find(raw, '"payload_key":', 1, true) then
+        local ok, rec = pcall(cjson.decode, raw)
+        local held = ok and type(rec) == 'table' and rec.payload_key
+        if type(held) == 'string' then
+          redis.call('HDEL', held, id)
+          if redis.call('HLEN', held) <= 1 then redis.call('DEL', held) end
+        end
+      end
+    end
   end
 end
 if #ids > 0 then redis.call('ZREM', KEYS[2], unpack(ids)) end
