@@ -137,7 +137,9 @@ export const recovery: Phase = {
           `CPU per delivery ${Object.entries(cost.usPerUnit)
             .filter(([k]) => k !== "bench")
             .map(([k, v]) => `${k} ${fmt(v)} µs`)
-            .join(", ")}; Redis time per delivery ${redisTime.map(([c, us]) => `${c} ${fmt(us, 1)} µs`).join(", ")}`,
+            .join(
+              ", ",
+            )}; Redis time per delivery ${redisTime.map(([c, us]) => `${c} ${fmt(us, 1)} µs`).join(", ")}; Redis calls per delivery ${cost.redisTop.map(([c, k]) => `${c} ${fmt(k, 1)}`).join(", ")}`,
       );
       return { recovery: result };
     } finally {
