@@ -97,6 +97,20 @@ describe("payload sharing", () => {
     expect(await payloadKeys(td.prefix)).toHaveLength(1);
   });
 
+  it("frees the stored payload when the webhook whose deliveries held it is deleted", async () => {
+    const u = await td.createUser("paid");
+    const workflow = "p_payloadgone";
+    const [hook] = await webhooksOn(u.api, workflow, ["/gone-0"]);
+    expect((await u.api.post(`/v1/workflows/${workflow}/events`, { json: { event: bigEvent("gone") } })).status).toBe(202);
+    const mine = async () => (await payloadKeys(td.prefix)).filter((k) => k.includes(`:${u.id}:`));
+    await waitFor(async () => (await u.api.get(`/v1/webhooks/${hook}/deliveries`)).body.data?.[0]?.status === "pending", {
+      timeoutMs: 30_000,
+    });
+    await waitFor(async () => (await mine()).length === 1, { timeoutMs: 30_000 });
+    expect((await u.api.del(`/v1/webhooks/${hook}`)).status).toBeLessThan(300);
+    await waitFor(async () => (await mine()).length === 0, { timeoutMs: 30_000 });
+  });
+
   it("sends the stored payload on a retry, frees it once every delivery is delivered, and keeps it for a replay", async () => {
     const u = await td.createUser("paid");
     const workflow = "p_payloadlife";
