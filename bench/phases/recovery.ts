@@ -13,6 +13,7 @@ import { apiData } from "../daemon-process.js";
 import { outboxLength } from "../../src/store/outbox-stream.js";
 import type { Cost } from "../meter.js";
 import { startReceiver } from "../receiver.js";
+import { metricValue, scrape } from "../runtime.js";
 import { fmt, sleep } from "../stats.js";
 
 /** The workflow whose events go to the recovering webhook alone. */
@@ -49,6 +50,15 @@ async function commandTime(redis: Redis): Promise<Map<string, number>> {
   const out = new Map<string, number>();
   const text = await redis.info("commandstats");
   for (const m of text.matchAll(/^cmdstat_([^:]+):calls=\d+,usec=(\d+)/gm)) out.set(m[1] as string, Number(m[2]));
+  return out;
+}
+
+/** Delivery attempts not made so far, by why (the daemon's /metrics): circuit open, cap full, rate limit. */
+async function turnedAway(url: string): Promise<Record<string, number>> {
+  const text = await scrape(url);
+  const out: Record<string, number> = {};
+  for (const outcome of ["circuit_open", "capped", "rate_limited"])
+    out[outcome] = metricValue(text, "tributary_deliveries_total", { outcome });
   return out;
 }
 
@@ -106,6 +116,7 @@ export const recovery: Phase = {
       log(
         `  all ${fmt(n)} pending after ${fmt((performance.now() - start) / 1000, 1)} s (${fmt(records)} with an attempt record): ${fmt(bytesPerPending)} B of Redis each`,
       );
+      const turnedAwayBefore = await turnedAway(dm.url);
       const timeBefore = await commandTime(redis);
       const meter = await ctx.meter();
       down.setDown(false);
@@ -113,6 +124,10 @@ export const recovery: Phase = {
       const delivered = down.count();
       const cost = await meter(delivered);
       const timeAfter = await commandTime(redis);
+      const turnedAwayAfter = await turnedAway(dm.url);
+      const bounces = Object.entries(turnedAwayAfter)
+        .map(([why, k]) => `${why} ${fmt(k - (turnedAwayBefore[why] ?? 0))}`)
+        .join(", ");
       const redisTime: [string, number][] = [...timeAfter]
         .map(([cmd, us]): [string, number] => [cmd, (us - (timeBefore.get(cmd) ?? 0)) / Math.max(1, delivered)])
         .filter(([, us]) => us > 0)
@@ -133,7 +148,7 @@ export const recovery: Phase = {
         redisTime,
       };
       log(
-        `  drained ${fmt(delivered)}/${fmt(n)} at ${fmt(result.perSec)}/s (first fifth ${fmt(result.firstFifthPerSec)}/s, last fifth ${fmt(result.lastFifthPerSec)}/s); ` +
+        `  drained ${fmt(delivered)}/${fmt(n)} (attempts put off meanwhile: ${bounces}) at ${fmt(result.perSec)}/s (first fifth ${fmt(result.firstFifthPerSec)}/s, last fifth ${fmt(result.lastFifthPerSec)}/s); ` +
           `CPU per delivery ${Object.entries(cost.usPerUnit)
             .filter(([k]) => k !== "bench")
             .map(([k, v]) => `${k} ${fmt(v)} µs`)
