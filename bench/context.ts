@@ -276,14 +276,8 @@ export async function buildContext(o: ContextOptions): Promise<BenchContext> {
   return ctx;
 }
 
-/** Posts `n` small events to `workflow` in batches of 500, four at a time; checks the outbox then holds `n`. */
-export async function preloadBacklog(
-  o: { url: string; key: string; redis: Redis; keys: Keys; log: (msg: string) => void },
-  workflow: string,
-  n: number,
-): Promise<void> {
-  o.log(`pre-loading ${n} events into ${workflow} (API-only daemon)`);
-  const preloadStart = performance.now();
+/** Posts `n` small events (seq 0..n-1) to `workflow` in batches of 500, four at a time. */
+export async function postSmallEvents(o: { url: string; key: string }, workflow: string, n: number): Promise<void> {
   const chunk = 500;
   for (let i = 0; i < n; i += chunk * 4) {
     await Promise.all(
@@ -297,6 +291,17 @@ export async function preloadBacklog(
       }),
     );
   }
+}
+
+/** Posts `n` small events to `workflow` (postSmallEvents); checks the outbox then holds `n`. */
+export async function preloadBacklog(
+  o: { url: string; key: string; redis: Redis; keys: Keys; log: (msg: string) => void },
+  workflow: string,
+  n: number,
+): Promise<void> {
+  o.log(`pre-loading ${n} events into ${workflow} (API-only daemon)`);
+  const preloadStart = performance.now();
+  await postSmallEvents(o, workflow, n);
   const outboxLen = await outboxLength(o.redis, o.keys);
   o.log(`  pre-loaded in ${fmt(performance.now() - preloadStart)} ms; outbox holds ${outboxLen}`);
   if (outboxLen !== n) throw new Error(`outbox holds ${outboxLen} entries, expected ${n}: did the key layout change?`);

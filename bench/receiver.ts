@@ -16,6 +16,11 @@ export interface Receiver {
   /** seq -> performance.now() at arrival (first arrival only). */
   readonly arrivals: Map<number, number>;
   reset(): void;
+  /**
+   * A receiver that is down answers every request 503 at once and counts nothing (the recovery
+   * phase: a destination down for a while, then back).
+   */
+  setDown(down: boolean): void;
   /** Resolves true once `count() >= n`, false at the deadline. */
   waitFor(n: number, timeoutMs: number): Promise<boolean>;
   close(): Promise<void>;
@@ -25,6 +30,7 @@ const SEQ = /"seq":(\d+)/;
 
 export async function startReceiver(): Promise<Receiver> {
   let count = 0;
+  let down = false;
   let dups = 0;
   let first = 0;
   let last = 0;
@@ -38,6 +44,11 @@ export async function startReceiver(): Promise<Receiver> {
       body += c;
     });
     req.on("end", () => {
+      if (down) {
+        res.writeHead(503, { "content-length": "0" });
+        res.end();
+        return;
+      }
       const now = performance.now();
       res.writeHead(200, { "content-length": "0" });
       res.end();
@@ -79,6 +90,9 @@ export async function startReceiver(): Promise<Receiver> {
       first = 0;
       last = 0;
       arrivals.clear();
+    },
+    setDown(d) {
+      down = d;
     },
     waitFor(n, timeoutMs) {
       if (count >= n) return Promise.resolve(true);

@@ -4,6 +4,7 @@ import type { InterleavedIngest } from "./interleave.js";
 import type { LiveTailResult } from "./live-tail.js";
 import type { ClosedLoopResult } from "./load.js";
 import type { Cost } from "./meter.js";
+import type { RecoveryResult } from "./phases/recovery.js";
 import type { RelayRun } from "./relay.js";
 import type { HistogramDelta, InlineResult, SandboxResult, SourceHttpResult, TimerResult } from "./runtime.js";
 import { fmt, median, type Summary } from "./stats.js";
@@ -102,6 +103,7 @@ export interface Results {
   bullLatency?: BullLatencyResult;
   drain?: DrainResult;
   filterDrain?: FilterDrainResult;
+  recovery?: RecoveryResult;
   single?: ClosedLoopResult & { cost: Cost };
   /** Row 1 interleaved with Koa + EVALSHA (the `interleaved` phase): its verdict when present. */
   interleaved?: InterleavedIngest;
@@ -249,6 +251,22 @@ export function printReport(r: Results, meta: { title: string; totalS: number })
         { ok: filterCpuRatio >= 0.9, ratio: filterCpuRatio },
       ),
       `${pct(f.filtered.cost?.pct)}; without: ${pct(f.plain.cost?.pct)}`,
+    ]);
+  }
+  if (r.recovery) {
+    const v = r.recovery;
+    const recoveryUs = daemonUs(v.cost) ?? Number.NaN;
+    const freshUs = daemonUs(r.drain?.cost);
+    const cpuRatio = ratio(recoveryUs + (v.cost.usPerUnit.redis ?? 0), (freshUs ?? Number.NaN) + (r.drain?.cost?.usPerUnit.redis ?? 0));
+    const steady = ratio(v.lastFifthPerSec, v.firstFifthPerSec);
+    rows.push([
+      `3c. Recovery: ${fmt(v.n)} deliveries, receiver down then back`,
+      `**${fmt(v.perSec)} deliveries/s** (${fmt(v.delivered)}/${fmt(v.n)}${v.complete ? "" : ", DEADLINE HIT"}; first fifth ${fmt(v.firstFifthPerSec)}/s, last fifth ${fmt(v.lastFifthPerSec)}/s)${unitCost(v.cost, "delivery")}; **${fmt(v.bytesPerPending)} B of Redis per pending delivery**; Redis time per delivery: ${v.redisTime.map(([c, us]) => `${c} ${fmt(us, 1)} µs`).join(", ")}`,
+      `the fresh drain (row 3): ${r.drain ? `${fmt(r.drain.perSec)} deliveries/s${unitCost(r.drain.cost, "delivery")}` : "not run"}`,
+      `CPU/delivery (daemon + Redis) **${fmt(cpuRatio, 2)}×** the fresh drain; last fifth ÷ first fifth ${fmt(steady, 2)}×`,
+      "≤ 2× the fresh drain's CPU per delivery; rate independent of the backlog",
+      judged(Number.isNaN(cpuRatio) ? undefined : cpuRatio <= 2 && v.complete && steady < 1.5, noise(v.cost)),
+      pct(v.cost.pct),
     ]);
   }
   for (const l of r.latency) {

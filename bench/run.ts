@@ -14,10 +14,11 @@
  * without touching the runner or the others.
  *
  * Knobs (environment): BENCH_DURATION_S (10), BENCH_BACKLOG (20000), BENCH_CONNECTIONS (8),
- * BENCH_PHASES (comma list of bullmq,drain,filters,koa,koaredis,single,interleaved,batch,latency,sse,timer,srcinline,srchttp,relay,sandbox,cluster;
+ * BENCH_PHASES (comma list of bullmq,drain,filters,recovery,koa,koaredis,single,interleaved,batch,latency,sse,timer,srcinline,srchttp,relay,sandbox,cluster;
  * default all but `cluster`, which runs only when named (about a minute: a local 3-master Redis
  * Cluster against the single redis-server; BENCH_CLUSTER_ROUNDS (1) times each of its loads on both
- * sides); they run in that order whatever the list's order), BENCH_INGEST_ROUNDS (6) and
+ * sides); they run in that order whatever the list's order), BENCH_RECOVERY_N (100000: deliveries the `recovery` phase queues
+ * while its receiver is down, then drains), BENCH_INGEST_ROUNDS (6) and
  * BENCH_INGEST_SLICE_S (3): the `interleaved` phase's rounds of single emits against Koa + EVALSHA, BENCH_SOURCE_DURATION_S (5: load
  * per HTTP-source phase), BENCH_SANDBOX_RUNS (10000) after BENCH_SANDBOX_WARMUP (2000) warm-up runs, BENCH_TIMER_S (10: how long the 1 s timer
  * source ticks), BENCH_SSE_STREAMS (100), BENCH_SSE_RATE (200 emits/s) and BENCH_SSE_DURATION_S (5)
@@ -37,6 +38,7 @@ import { type BenchContext, type BenchSettings, buildContext, Cleanups, type Pha
 import { bullmq, koa, koaredis } from "./phases/baselines.js";
 import { drain } from "./phases/drain.js";
 import { filters } from "./phases/filters.js";
+import { recovery } from "./phases/recovery.js";
 import { cluster } from "./phases/cluster.js";
 import { batch, interleaved, single } from "./phases/ingest.js";
 import { latency } from "./phases/latency.js";
@@ -58,6 +60,7 @@ const PHASES: readonly Phase[] = [
   bullmq,
   drain,
   filters,
+  recovery,
   koa,
   koaredis,
   single,

@@ -7,7 +7,7 @@ import { type Daemon, startDaemon } from "./daemon.js";
 import { createLogger } from "./observability/logger.js";
 import { packageVersion, projectRoot } from "./paths.js";
 import { DataDirInUseError, RedisServerMissingError, startEmbeddedRedis, type EmbeddedRedis } from "./redis/embedded.js";
-import { clusterState, isClusterNode } from "./store/server-info.js";
+import { clusterState, evictionPolicy, isClusterNode } from "./store/server-info.js";
 
 /** How long the first contact with Redis may take per attempt (connect, PING, INFO). */
 const PROBE_DEADLINE_MS = 3000;
@@ -80,6 +80,7 @@ async function main(): Promise<void> {
   const target = redisTarget(config, redisUrl);
   const address = describeTarget(target);
   let clusterNode = false;
+  let policy: string | undefined;
   await pRetry(
     async () => {
       // A Cluster is probed with a Cluster client: it reads the slot map from a seed, then PING
@@ -117,6 +118,7 @@ async function main(): Promise<void> {
               const state = await clusterState(probe);
               if (state !== "ok") throw new Error(`the Redis Cluster reports cluster_state:${state ?? "unknown"}`);
             } else clusterNode = await isClusterNode(probe);
+            policy = await evictionPolicy(probe);
           })(),
           stalled,
         ]);
@@ -146,6 +148,11 @@ async function main(): Promise<void> {
     process.exit(1);
   });
 
+  if (policy !== undefined && policy !== "noeviction")
+    logger.warn(
+      { maxmemoryPolicy: policy },
+      "Redis may evict keys at maxmemory (maxmemory-policy is not noeviction): queued deliveries and events can be lost; set maxmemory-policy noeviction",
+    );
   if (clusterNode) {
     process.stderr.write(
       "tributary: the Redis server at REDIS_URL is a Redis Cluster node (cluster_enabled:1): set REDIS_CLUSTER_NODES=host:port,... (its nodes) instead of REDIS_URL\n",

@@ -29,6 +29,7 @@ import { UserService } from "../services/users.js";
 import { WebhookService } from "../services/webhooks.js";
 import { WorkflowService } from "../services/workflows.js";
 import { AttemptLog } from "../store/attempt-log.js";
+import { PayloadStore } from "../store/payloads.js";
 import { CircuitStore } from "../store/circuit.js";
 import { ComponentStore } from "../store/components.js";
 import type { StoreContext } from "../store/context.js";
@@ -94,6 +95,7 @@ export function createCore(o: CoreOptions) {
     workflows: new WorkflowStore(ctx, config.limits),
     events: new EventStore(redis, keys, undefined, config.limits),
     attemptLog: new AttemptLog(redis, keys, config.deliveryLogLimit, Date.now),
+    payloads: new PayloadStore(redis, keys),
     replays: new ReplayStore(ctx),
   };
 

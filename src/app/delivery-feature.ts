@@ -67,10 +67,11 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     rateLimit: webhookRates,
     health: core.health,
     circuit,
+    payloads: stores.payloads,
     logger,
     metrics,
   });
-  const deliveryJobs = new DeliveryJobQueue(queues.delivery, core.attempts);
+  const deliveryJobs = new DeliveryJobQueue(queues.delivery, core.attempts, stores.payloads);
   // Per-user and per-destination caps on attempts in flight, shared by both paths of this
   // process (docs/decisions.md "Delivery fairness"); the destination is read from the listener cache.
   const gate = new FairGate({
@@ -139,6 +140,7 @@ export function createDeliveryFeature(core: Core, conns: Connections, shutdown: 
     connection: conns.workers,
     prefix: keys.queuePrefix("maintenance"),
     events: stores.events,
+    payloads: stores.payloads,
     logger,
   });
   // BullMQ workers open their connections when constructed: their close steps go in now.

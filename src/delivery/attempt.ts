@@ -11,6 +11,7 @@ import type { WebhookRecord, WebhookStore } from "../store/webhooks.js";
 import type { ListenerCache } from "../store/listener-cache.js";
 import type { WorkflowRecord, WorkflowStore } from "../store/workflows.js";
 import type { AttemptLog, DeliveryRecord } from "../store/attempt-log.js";
+import { type PayloadStore, sharesPayload } from "../store/payloads.js";
 import type { WebhookRateLimiter } from "../store/rate-limit.js";
 import type { CircuitBreaker } from "./circuit.js";
 import { recordBaseOf } from "./jobs.js";
@@ -39,6 +40,11 @@ export interface AttempterDeps {
   rateLimit?: Pick<WebhookRateLimiter, "take" | "drop">;
   /** Health events (SPEC §12): `$delivery_failed` and `$webhook_disabled` (events/health.ts). None: not reported. */
   health?: HealthReporter;
+  /**
+   * Large payloads stored once per event (store/payloads.ts): a job without a payload reads its
+   * event's here, and a delivered one releases it. Without it, a job must carry its payload.
+   */
+  payloads?: Pick<PayloadStore, "get" | "hold" | "release">;
   /** Webhook circuit breakers (delivery/circuit.ts), shared by every worker process. Without it, none. */
   circuit?: Pick<CircuitBreaker, "admit" | "record">;
   logger: Logger;
@@ -109,14 +115,22 @@ export class Attempter {
   }
 
   async attempt(job: DeliveryJob, run: RunCounts): Promise<Outcome | RateLimited | CircuitOpen | undefined> {
-    const [record, target] = await Promise.all([
+    const [record, target, stored] = await Promise.all([
       readsRecord(job, run) ? this.d.attemptLog.get(job.userId, job.deliveryId) : undefined,
       this.resolveTarget(job),
+      job.payload === undefined ? this.d.payloads?.get(job) : undefined,
     ]);
     const plan = planAttempt(job, run, record);
-    if (plan.kind === "skip") return undefined;
+    // Delivered before (a redone step): the hold of a delivery whose release was lost goes now.
+    if (plan.kind === "skip") return record?.status === "delivered" ? this.release(job).then(() => undefined) : undefined;
     if ("skip" in target) {
-      await this.recordSkipped(job, target, record);
+      await this.recordSkipped(job, run, target, record);
+      return undefined;
+    }
+    const body = job.payload ?? stored;
+    if (body === undefined) {
+      // No stored payload any more: its event was deleted (DELETE /sources/{id}/events) or its user.
+      await this.recordSkipped(job, run, { skip: "the event was deleted", why: "undeliverable" }, record);
       return undefined;
     }
     // Before the rate limit, so deliveries turned away by an open circuit take no rate-limit slot.
@@ -146,7 +160,7 @@ export class Attempter {
       }
     }
     const nowMs = this.now();
-    const result = await this.d.sender.send(prepareRequest(job, target, plan.headerAttempt, nowMs));
+    const result = await this.d.sender.send(prepareRequest(job, target, plan.headerAttempt, nowMs, body));
     this.d.metrics.deliveryAttemptDuration.observe({ listener_kind: job.listenerKind }, result.durationMs / 1000);
     const outcome = classifyAttempt({
       statusCode: "statusCode" in result ? result.statusCode : undefined,
@@ -158,11 +172,15 @@ export class Attempter {
       nowMs,
       random: this.random,
     });
+    // A failed direct first attempt of a large payload ends replayable: its record refers to the
+    // event's stored payload, held first. (A retry's job holds it when it is added.)
+    if (outcome.kind === "give_up" || outcome.kind === "deactivate") await this.holdForRecord(job, run);
     // The circuit's step goes out with the attempt log's write (one round trip on the auto-pipeline).
     const [recorded] = await Promise.all([
-      this.record(job, nowMs, result, outcome, record),
+      this.record(job, run, nowMs, result, outcome, record),
       circuit && this.recordCircuit(circuit, job, outcome),
     ]);
+    if (outcome.kind === "delivered") await this.release(job);
     await this.act(job, outcome, recorded);
     if (this.logOutcomes) logOutcome(this.d.logger, job, result, outcome);
     return outcome;
@@ -175,6 +193,7 @@ export class Attempter {
    */
   async giveUp(job: DeliveryJob): Promise<void> {
     const recorded = await this.d.attemptLog.upsert(recordBaseOf(job), { status: "failed", keepDelivered: true });
+    if (recorded?.status === "delivered") await this.release(job);
     if (recorded?.status === "failed") await this.reportFailed(job, recorded);
   }
 
@@ -208,25 +227,57 @@ export class Attempter {
       : this.d.listeners.workflow(job.userId, job.listenerId).then(workflowTarget);
   }
 
-  private async recordSkipped(job: DeliveryJob, target: Exclude<Target, Resolved>, record: DeliveryRecord | undefined): Promise<void> {
+  /**
+   * Whether the delivery's record refers to its event's stored payload: its job does, or it is a
+   * direct first attempt (no job yet: `attemptsStarted` 0) of a payload large enough to be stored.
+   */
+  private sharedRecord(job: DeliveryJob, run: RunCounts): boolean {
+    if (job.payload === undefined) return true;
+    return this.d.payloads !== undefined && (run.attemptsStarted ?? 0) === 0 && sharesPayload(job.payload);
+  }
+
+  /** Before a direct first attempt's record ends failed and refers to its event's stored payload: holds it. */
+  private async holdForRecord(job: DeliveryJob, run: RunCounts): Promise<void> {
+    if (job.payload !== undefined && this.sharedRecord(job, run)) await this.d.payloads?.hold(job, job.payload, [job.deliveryId]);
+  }
+
+  /** A delivery by reference that no longer needs its event's stored payload (delivered, or its listener gone). */
+  private async release(job: DeliveryJob): Promise<void> {
+    if (job.payload === undefined) await this.d.payloads?.release(job, [job.deliveryId]);
+  }
+
+  private async recordSkipped(
+    job: DeliveryJob,
+    run: RunCounts,
+    target: Exclude<Target, Resolved>,
+    record: DeliveryRecord | undefined,
+  ): Promise<void> {
     this.d.metrics.deliveries.inc({
       listener_kind: job.listenerKind,
       outcome: target.why === "undeliverable" ? "undeliverable" : "skipped",
     });
     this.d.logger.debug({ deliveryId: job.deliveryId, reason: target.skip }, "delivery skipped");
     // A deleted listener took its attempt log with it: nothing to record (or to resurrect).
-    if (target.why === "gone") return;
+    if (target.why === "gone") return this.release(job);
+    await this.holdForRecord(job, run);
     await this.d.attemptLog.upsert(
-      recordBaseOf(job),
+      recordBaseOf(job, this.sharedRecord(job, run)),
       { status: "failed", attempt: { at: new Date(this.now()).toISOString(), status_code: null, duration_ms: 0, error: target.skip } },
       record,
     );
   }
 
-  private async record(job: DeliveryJob, startedMs: number, result: SendResult, outcome: Outcome, known: DeliveryRecord | undefined) {
+  private async record(
+    job: DeliveryJob,
+    run: RunCounts,
+    startedMs: number,
+    result: SendResult,
+    outcome: Outcome,
+    known: DeliveryRecord | undefined,
+  ) {
     const status = outcome.kind === "delivered" ? "delivered" : outcome.kind === "retry" ? "pending" : "failed";
     return this.d.attemptLog.upsert(
-      recordBaseOf(job),
+      recordBaseOf(job, this.sharedRecord(job, run)),
       {
         status,
         attempt: {

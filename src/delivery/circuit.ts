@@ -21,7 +21,7 @@ import type { CircuitHints } from "../store/circuit-hints.js";
 export interface CircuitBreakerDeps {
   store: Pick<CircuitStore, "admit" | "record" | "discard">;
   /** The delivery queue's jobs, to promote the released ones. */
-  jobs: { getJob(id: string): Promise<Pick<Job, "promote" | "getState"> | undefined> };
+  jobs: { getJob(id: string): Promise<Pick<Job, "promote" | "isActive"> | undefined> };
   /** DELIVERY_TIMEOUT_MS: a probe's lease is its timeout (the webhook's own, or this) plus a margin. */
   deliveryTimeoutMs: number;
   /**
@@ -110,8 +110,11 @@ export class CircuitBreaker {
         await job.promote();
         return true;
       } catch {
-        const state = await job.getState();
-        return state !== "active" && state !== "delayed" && state !== "unknown";
+        // Not delayed: still running the attempt that will delay it (try again), else waiting,
+        // done or gone. Only the active list is searched (as long as the worker's concurrency):
+        // the job's full state would search the wait list, as long as the whole backlog once it
+        // is released, for every job released.
+        return !(await job.isActive());
       }
     } catch (err) {
       this.d.logger.warn({ err, jobId: id }, "could not release a delivery waiting on a circuit");

@@ -23,9 +23,15 @@ export interface Destination {
  * The "prepare" phase of an attempt: the request it sends, with the Tributary and Standard
  * Webhooks headers and, for a webhook, the signature. Pure but for the HMAC (deterministic).
  * `headerAttempt` is the attempt's number as the attempt log counts it (AttemptPlan); `nowMs`
- * dates the signature.
+ * dates the signature; `body` is the payload sent (the job's, or its event's stored one).
  */
-export function prepareRequest(job: DeliveryJob, to: Destination, headerAttempt: number, nowMs: number): SendRequest {
+export function prepareRequest(
+  job: DeliveryJob,
+  to: Destination,
+  headerAttempt: number,
+  nowMs: number,
+  body = job.payload ?? "",
+): SendRequest {
   const timestamp = Math.floor(nowMs / 1000);
   // One literal (no spreads or Object.assign): this runs once per attempt.
   const headers: Record<string, string> = {
@@ -42,12 +48,12 @@ export function prepareRequest(job: DeliveryJob, to: Destination, headerAttempt:
   // Workflow deliveries are not signed (a workflow has no signing secret).
   if (to.secret)
     headers["webhook-signature"] = to.previousSecret
-      ? signatureHeader([to.secret, to.previousSecret], job.deliveryId, timestamp, job.payload)
-      : signPayload(to.secret, job.deliveryId, timestamp, job.payload);
+      ? signatureHeader([to.secret, to.previousSecret], job.deliveryId, timestamp, body)
+      : signPayload(to.secret, job.deliveryId, timestamp, body);
   if (to.headers) {
     // A header the API refuses today may be stored from before that rule: it is left out rather
     // than failing every attempt.
     for (const name in to.headers) if (!(name in headers) && !isReservedHeader(name)) headers[name] = to.headers[name] as string;
   }
-  return to.timeoutMs ? { url: to.url, body: job.payload, headers, timeoutMs: to.timeoutMs } : { url: to.url, body: job.payload, headers };
+  return to.timeoutMs ? { url: to.url, body, headers, timeoutMs: to.timeoutMs } : { url: to.url, body, headers };
 }

@@ -2,6 +2,7 @@ import { type ConnectionOptions, DelayedError, type Job, Worker } from "bullmq";
 import { putOffDelayMs } from "../domain/fair-slots.js";
 import type { Logger } from "../observability/logger.js";
 import { QUEUES } from "../queue/catalog.js";
+import { DELIVERY_KEEP } from "../queue/job-options.js";
 import { WORKER_RECOVERY } from "../queue/worker-options.js";
 import type { Attempter } from "./attempt.js";
 import type { FairGate } from "./fair-gate.js";
@@ -15,6 +16,9 @@ export class RetryLater extends Error {
   ) {
     super(reason);
     this.name = "RetryLater";
+    // BullMQ keeps the stack of every failed attempt in the job's hash while it waits: a verdict,
+    // not a fault, needs no frames (every retrying delivery would carry a few hundred bytes each).
+    this.stack = `RetryLater: ${reason}`;
   }
 }
 
@@ -53,6 +57,7 @@ export class DeliveryWorker {
       settings: { backoffStrategy: backoffFromError },
       autorun: false,
       ...WORKER_RECOVERY,
+      ...DELIVERY_KEEP,
     });
     this.worker.on("error", (err) => d.logger.error({ err }, "delivery worker error"));
     // BullMQ gives a job up without a verdict when an unexpected error ends its last attempt: the

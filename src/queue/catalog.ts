@@ -22,9 +22,11 @@ export const listenerKind = z.enum(["webhook", "workflow", "source"]);
 export type ListenerKind = z.infer<typeof listenerKind>;
 
 /**
- * A delivery to a webhook or a workflow's trigger_url. The payload travels with the job because
- * the summary stream keeps only 100 events and may have dropped it by delivery time. Built only by
- * delivery/jobs.ts; what `origin` and `priorAttempts` mean is domain/delivery-plan.ts.
+ * A delivery to a webhook or a workflow's trigger_url. A small payload travels with the job (the
+ * summary stream keeps only 100 events and may have dropped it by delivery time); a large one is
+ * stored once per event for all of its waiting deliveries (store/payloads.ts) and the job refers to
+ * it by its event. Built only by delivery/jobs.ts; what `origin` and `priorAttempts` mean is
+ * domain/delivery-plan.ts.
  */
 export const deliveryJob = z.object({
   userId: z.string(),
@@ -34,8 +36,11 @@ export const deliveryJob = z.object({
   emitterId: z.string(),
   channel: z.string(),
   eventId: z.string(),
-  /** JSON text of the event as emitted. */
-  payload: z.string(),
+  /**
+   * JSON text of the event as emitted; absent when it is stored once for the event (read at attempt
+   * time by user, emitter, channel and event id). Jobs of versions before that always carry it.
+   */
+  payload: z.string().optional(),
   /** When the event was accepted (ms), for emit-to-delivered latency. */
   acceptedAtMs: z.number(),
   /**

@@ -125,7 +125,8 @@ export async function startEmbeddedRedis(opts: EmbeddedRedisOptions = {}): Promi
   const port = opts.port ?? (await freePort());
   // Hex: safe in a URL and in redis.conf syntax without quoting rules.
   const password = randomBytes(24).toString("hex");
-  const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--protected-mode", "yes"];
+  // noeviction: a full Redis refuses new writes instead of evicting queued work.
+  const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--protected-mode", "yes", "--maxmemory-policy", "noeviction"];
   if (dir) args.push("--dir", dir, "--pidfile", serverPidFile(dir), "--appendonly", "yes", "--appendfsync", "always");
   else args.push("--appendonly", "no");
   // Replaying a large append-only file takes a while; the wait ends early if the server exits.

@@ -38,9 +38,16 @@ export interface DeliveryRecord {
   updated_at: number;
   /**
    * The payload, kept so a failed (or retrying) delivery can be replayed after the summary stream
-   * rolled over; empty once delivered.
+   * rolled over; empty once delivered, and empty when the record refers to its event's stored
+   * payload (`payload_key`) instead.
    */
   payload: string;
+  /**
+   * The key of the event's stored payload (store/payloads.ts) this delivery holds while it is not
+   * delivered: a large payload is kept there once for all of the event's deliveries. Dropped once
+   * delivered; when the record leaves the log (trimmed, or its listener deleted) its hold goes too.
+   */
+  payload_key?: string | undefined;
   accepted_at_ms: number;
   replays: number;
   /**
@@ -85,8 +92,13 @@ export function deliveryView(d: DeliveryRecord) {
 /** Oldest records examined per trim. */
 const TRIM_SCAN = 200;
 
-/** What a delivery record is made of before its first attempt (all of it is in the job). */
-export type DeliveryBase = Omit<DeliveryRecord, "status" | "attempts" | "created_at" | "updated_at" | "replays">;
+/**
+ * What a delivery record is made of before its first attempt (all of it is in the job);
+ * `shared_payload`: the record refers to its event's stored payload (its key is the event's).
+ */
+export type DeliveryBase = Omit<DeliveryRecord, "status" | "attempts" | "created_at" | "updated_at" | "replays"> & {
+  readonly shared_payload?: boolean;
+};
 
 /** What one attempt (or giving up) changes in a delivery record. */
 export interface AttemptChange {
@@ -102,7 +114,13 @@ export interface AttemptChange {
  * costs several microseconds per delivery in V8, this a fraction. A delivered record drops its
  * payload (only failed deliveries can be replayed; pending and failed keep it).
  */
-function applyChange(base: DeliveryBase, prev: DeliveryRecord | undefined, change: AttemptChange, nowS: number): DeliveryRecord {
+function applyChange(
+  base: DeliveryBase,
+  prev: DeliveryRecord | undefined,
+  change: AttemptChange,
+  nowS: number,
+  payloadKey: string | undefined,
+): DeliveryRecord {
   const status = change.keepDelivered && prev?.status === "delivered" ? "delivered" : change.status;
   const earlier = prev?.attempts ?? [];
   const a = change.attempt;
@@ -122,6 +140,7 @@ function applyChange(base: DeliveryBase, prev: DeliveryRecord | undefined, chang
     created_at: prev?.created_at ?? nowS,
     updated_at: nowS,
     payload: status === "delivered" ? "" : base.payload,
+    payload_key: status === "delivered" ? undefined : payloadKey,
     accepted_at_ms: base.accepted_at_ms,
     replays: prev?.replays ?? 0,
     replay_id: status === "pending" ? prev?.replay_id : undefined,
@@ -166,8 +185,9 @@ export class AttemptLog {
   async upsert(base: DeliveryBase, change: AttemptChange, known?: DeliveryRecord): Promise<DeliveryRecord | undefined> {
     const nowMs = this.now();
     const key = this.keys.delivery(base.user_id, base.id);
+    const payloadKey = base.shared_payload ? this.keys.payload(base.user_id, base.emitter_id, base.event_name, base.event_id) : undefined;
     if (!known) {
-      const fresh = applyChange(base, undefined, change, epochSeconds(nowMs));
+      const fresh = applyChange(base, undefined, change, epochSeconds(nowMs), payloadKey);
       const listenerKey =
         base.listener_kind === "webhook"
           ? this.keys.webhook(base.user_id, base.listener_id)
@@ -191,7 +211,7 @@ export class AttemptLog {
       known = await this.get(base.user_id, base.id);
       if (!known) return undefined;
     }
-    const next = applyChange(known, known, change, epochSeconds(nowMs));
+    const next = applyChange(known, known, change, epochSeconds(nowMs), known.payload_key ?? payloadKey);
     if (known.replay_id !== undefined && next.status !== "pending") return this.settleReplayed(known.replay_id, next);
     const ok = await this.redis.set(key, JSON.stringify(next), "XX");
     return ok ? next : undefined;

@@ -26,6 +26,12 @@ export function circuitChangeMessage(userId: string, webhookId: string): string 
   return `${userId} ${webhookId}`;
 }
 
+/**
+ * A delivery whose wait on the circuit ends within this of its closing is not released: its job
+ * comes due by itself (its delay also carries up to a second of spread), at no cost.
+ */
+const RELEASE_SOONER_THAN_MS = 1000;
+
 /** Open-circuit index members examined per gauge sample (the index is small: open circuits only). */
 const OPEN_SAMPLE = 1000;
 
@@ -65,7 +71,10 @@ export class CircuitStore {
     return Number(at) === 0 ? SEND_CLEAN : SEND_DIRTY;
   }
 
-  /** Applies an attempt's success or failure; on closing, takes the waiting deliveries' job ids. */
+  /**
+   * Applies an attempt's success or failure; on closing, takes the job ids of the waiting
+   * deliveries whose wait would still last (RELEASE_SOONER_THAN_MS).
+   */
   async record(userId: string, webhookId: string, success: boolean, token: string): Promise<RecordResult> {
     const { threshold, cooldownMs, maxCooldownMs } = this.policy;
     const res = (await this.recordScript(
@@ -79,6 +88,7 @@ export class CircuitStore {
         maxCooldownMs,
         this.keys.circuitChanges(),
         circuitChangeMessage(userId, webhookId),
+        RELEASE_SOONER_THAN_MS,
       ],
     )) as [number, string[]?];
     const member = `${userId} ${webhookId}`;

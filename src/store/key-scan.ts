@@ -19,24 +19,38 @@ function nodesFor(redis: RedisClient, slot?: number): Redis[] {
 }
 
 /**
- * Unlinks every key matching `pattern`. `sameSlotAs`: a key of the one hash tag every match
- * carries (a user's keys), so that a Cluster is scanned on its slot's master only. Each UNLINK
- * names keys of one slot (legal on a Cluster). Not for a request path (SPEC §8): SCAN walks the
- * node's whole key space. Returns how many keys were unlinked.
+ * Hands every key matching `pattern` to `each`, in groups of one slot (at most BATCH keys). `sameSlotAs`: a key of
+ * the one hash tag every match carries (a user's keys), so that a Cluster is scanned on its slot's
+ * master only. Not for a request path (SPEC §8): SCAN walks the node's whole key space.
  */
-export async function unlinkMatching(redis: RedisClient, pattern: string, sameSlotAs?: string): Promise<number> {
-  let removed = 0;
+export async function scanMatching(
+  redis: RedisClient,
+  pattern: string,
+  sameSlotAs: string | undefined,
+  each: (keys: string[]) => Promise<void>,
+): Promise<void> {
   for (const node of nodesFor(redis, sameSlotAs === undefined ? undefined : slotOf(sameSlotAs))) {
     let cursor = "0";
     do {
       const [next, found] = await node.scan(cursor, "MATCH", pattern, "COUNT", BATCH);
       cursor = next;
       for (const group of bySlot(found)) {
-        // Through the client, not the node: a Cluster routes by slot (and follows a MOVED).
-        for (let i = 0; i < group.length; i += BATCH) removed += await redis.unlink(...group.slice(i, i + BATCH));
+        for (let i = 0; i < group.length; i += BATCH) await each(group.slice(i, i + BATCH));
       }
     } while (cursor !== "0");
   }
+}
+
+/**
+ * Unlinks every key matching `pattern` (see scanMatching). Each UNLINK names keys of one slot
+ * (legal on a Cluster), through the client, not the node: a Cluster routes by slot (and follows a
+ * MOVED). Returns how many keys were unlinked.
+ */
+export async function unlinkMatching(redis: RedisClient, pattern: string, sameSlotAs?: string): Promise<number> {
+  let removed = 0;
+  await scanMatching(redis, pattern, sameSlotAs, async (keys) => {
+    removed += await redis.unlink(...keys);
+  });
   return removed;
 }
 

@@ -27,6 +27,11 @@ export function normalizeChannel(name: string | undefined | null): string {
   return !name || name === "default" ? "" : name;
 }
 
+/** A literal for a SCAN pattern: its glob characters escaped. */
+function globEscape(text: string): string {
+  return text.replace(/[*?[\]\\]/g, "\\$&");
+}
+
 /** Users whose shard and key base `createKeys` keeps (then it starts over): far more than one process serves at once. */
 const MAX_CACHED_USERS = 10_000;
 
@@ -176,6 +181,15 @@ export function createKeys(prefix: string, shards: number = DEFAULT_OUTBOX_SHARD
     /** zset: delivery ids of a webhook by creation time (attempt log) */
     deliveries: (userId: string, webhookId: string) => `${u(userId)}:deliveries:${webhookId}`,
     delivery: (userId: string, id: string) => `${u(userId)}:delivery:${id}`,
+    /**
+     * hash: one event's payload (`p`), stored once for all of its deliveries that may still send
+     * it, with one field per such delivery id (store/payloads.ts); gone with the last of them
+     */
+    payload: (userId: string, emitterId: string, channel: string, eventId: string) =>
+      `${u(userId)}:payload:${emitterId}:${encodeURIComponent(normalizeChannel(channel))}:${eventId}`,
+    /** SCAN pattern of the payload keys of one (emitter, channel): the event id follows it */
+    payloadPattern: (userId: string, emitterId: string, channel: string) =>
+      `${globEscape(`${u(userId)}:payload:${emitterId}:${encodeURIComponent(normalizeChannel(channel))}:`)}*`,
 
     /** hash: a bulk replay (store/replays.ts): its webhook, selectors, counters and cursor; expires */
     replay: (userId: string, id: string) => `${u(userId)}:replay:${id}`,

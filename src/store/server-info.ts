@@ -11,6 +11,14 @@ export async function isClusterNode(redis: RedisClient): Promise<boolean> {
   return /^cluster_enabled:1\s*$/m.test(info);
 }
 
+/**
+ * The server's `maxmemory_policy` (`INFO memory`). Any policy but `noeviction` lets Redis evict
+ * keys once `maxmemory` is reached: queued deliveries, their stored payloads, outbox entries.
+ */
+export async function evictionPolicy(redis: RedisClient): Promise<string | undefined> {
+  return /^maxmemory_policy:(\S+)/m.exec(await redis.info("memory"))?.[1];
+}
+
 /** A Cluster node's `cluster_state` (`CLUSTER INFO`): "ok" when every slot is served. */
 export async function clusterState(node: RedisClient): Promise<string | undefined> {
   return /^cluster_state:(\w+)/m.exec(String(await node.call("CLUSTER", "INFO")))?.[1];

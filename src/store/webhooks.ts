@@ -10,6 +10,7 @@ import { loadJson, pageFromSortedSet, type Page } from "./listing.js";
 import { LocalChanges } from "./local-changes.js";
 import type { WebhookSettings } from "../domain/webhook-settings.js";
 import { listenerChangeMessage } from "./keys.js";
+import { PayloadStore } from "./payloads.js";
 import { REPLACE_AND_PUBLISH } from "./scripts/replace-and-publish.js";
 
 export interface WebhookRecord {
@@ -49,6 +50,8 @@ export interface WebhookPatch {
  * writer's win, and each writer wins once, so fewer concurrent writers to one webhook never get here.
  */
 const MAX_MODIFY_ROUNDS = 50;
+/** Attempt records read per MGET when a deleted webhook's records release their stored payloads. */
+const HOLD_READS = 500;
 
 export class WebhookStore {
   /**
@@ -59,6 +62,7 @@ export class WebhookStore {
 
   private readonly cappedInsert: ScriptCall;
   private readonly replaceAndPublish: ScriptCall;
+  private readonly payloads: PayloadStore;
 
   constructor(
     private readonly ctx: StoreContext,
@@ -67,6 +71,7 @@ export class WebhookStore {
   ) {
     this.cappedInsert = defineScript(ctx.redis, CAPPED_INSERT);
     this.replaceAndPublish = defineScript(ctx.redis, REPLACE_AND_PUBLISH);
+    this.payloads = new PayloadStore(ctx.redis, ctx.keys);
   }
 
   /**
@@ -178,16 +183,42 @@ export class WebhookStore {
     throw new ConflictError(`webhook ${id} kept changing while being updated; try again`);
   }
 
-  /** Deletes the webhook and its attempt log. Subscriptions are removed by the caller. */
+  /**
+   * Deletes the webhook and its attempt log. Subscriptions are removed by the caller. The records
+   * that held their event's stored payload release it afterwards (a crash in between leaves the
+   * payload until its user or event is deleted; the webhook's waiting jobs release theirs as they
+   * find it gone).
+   */
   async delete(userId: string, id: string): Promise<boolean> {
     const { redis, keys } = this.ctx;
     const deliveryIds = await redis.zrange(keys.deliveries(userId, id), 0, -1);
+    const holds = await this.payloadHolds(userId, deliveryIds);
     const message = listenerChangeMessage(userId, id);
     const tx = redis.multi().del(keys.webhook(userId, id)).zrem(keys.webhooks(userId), id).del(keys.deliveries(userId, id));
     for (const d of deliveryIds) tx.del(keys.delivery(userId, d));
     const res = await tx.publish(keys.listenerChanges(), message).exec();
     this.changes.emit(message);
+    await Promise.all([...holds].map(([key, ids]) => this.payloads.releaseKey(key, ids)));
     return Number(res?.[0]?.[1] ?? 0) > 0;
+  }
+
+  /** The stored payloads the records of `deliveryIds` hold: payload key -> delivery ids. */
+  private async payloadHolds(userId: string, deliveryIds: readonly string[]): Promise<Map<string, string[]>> {
+    const { redis, keys } = this.ctx;
+    const holds = new Map<string, string[]>();
+    for (let i = 0; i < deliveryIds.length; i += HOLD_READS) {
+      const ids = deliveryIds.slice(i, i + HOLD_READS);
+      const raws = await redis.mget(...ids.map((d) => keys.delivery(userId, d)));
+      raws.forEach((raw, j) => {
+        if (!raw?.includes('"payload_key"')) return;
+        const key = parseStored<{ payload_key?: string }>(raw)?.payload_key;
+        if (key === undefined) return;
+        const held = holds.get(key);
+        if (held) held.push(ids[j] as string);
+        else holds.set(key, [ids[j] as string]);
+      });
+    }
+    return holds;
   }
 }
 

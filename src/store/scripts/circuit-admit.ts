@@ -6,7 +6,8 @@ import { script, type ScriptDef } from "../script.js";
  *
  * KEYS[1] the circuit (hash {f: consecutive failures, k: consecutive openings, o: opened at ms,
  *   n: next probe at ms, p: probe lease until ms, pt: probe token}; absent = closed, no failures),
- * KEYS[2] the deliveries waiting on it (zset: BullMQ job id by the time it started waiting).
+ * KEYS[2] the deliveries waiting on it (zset: BullMQ job id by the time its wait ends, the latest
+ *   of its waits: a job turned away again later waits longer).
  * ARGV[1] now (ms), ARGV[2] the probe lease (ms), ARGV[3] the attempt's token (its delivery id),
  *   ARGV[4] the attempt's job id (parked in KEYS[2] when it must wait, for release on close).
  * Returns {0, consecutive failures} go (closed), {1, lease until} go as the probe (the lease's holder is admitted again: a probe
@@ -33,7 +34,7 @@ else
   redis.call('HSET', KEYS[1], 'p', string.format('%.0f', lease), 'pt', ARGV[3])
   return {1, lease}
 end
-redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4])
+redis.call('ZADD', KEYS[2], 'GT', untilMs, ARGV[4])
 return {2, untilMs}
 `,
 );

@@ -9,8 +9,12 @@ import { script, type ScriptDef } from "../script.js";
  *   now (ms), ARGV[4] the failure threshold, ARGV[5] the first cool-down (ms), ARGV[6] the longest,
  *   ARGV[7] a pub/sub channel and ARGV[8] the message published on it when a failure ends a clean
  *   state (closed, no failures): processes that skip the circuit while they know it clean stop.
- * Returns {0} no change, {1} opened, {2} reopened (the probe failed), {3, job ids} closed: the
- * waiting deliveries' job ids, taken from KEYS[2] in the same step, for the caller to release.
+ *   ARGV[9] how soon (ms) a wait must end for its job not to be released: it runs by itself then.
+ * Returns {0} no change, {1} opened, {2} reopened (the probe failed), {3, job ids} closed: the job
+ * ids of the waiting deliveries whose wait ends later than ARGV[9] from now, taken from KEYS[2] in
+ * the same step (which is deleted), for the caller to release. After an outage most waits end at
+ * the probe that closes the circuit: their jobs are due already, and releasing each (a read and a
+ * promotion per job) would only add to the recovery's cost.
  * A success on a closed circuit without failures costs one HMGET and no write.
  */
 export const CIRCUIT_RECORD: ScriptDef = script(
@@ -23,7 +27,7 @@ local openings = tonumber(s[2]) or 0
 if ARGV[1] == 's' then
   if openings > 0 then
     redis.call('DEL', KEYS[1])
-    local parked = redis.call('ZRANGE', KEYS[2], 0, -1)
+    local parked = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. (tonumber(ARGV[3]) + tonumber(ARGV[9])), '+inf')
     redis.call('DEL', KEYS[2])
     return {3, parked}
   end

@@ -42,7 +42,7 @@ describe("delivery worker: attempt record reads", () => {
           event_id: eventId,
           emitter_id: rest.emitterId,
           event_name: "",
-          payload,
+          payload: payload ?? "",
           accepted_at_ms: rest.acceptedAtMs,
         },
         { status: "delivered", attempt: { at: new Date().toISOString(), status_code: 200, duration_ms: 1, error: null } },

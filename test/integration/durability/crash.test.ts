@@ -222,6 +222,8 @@ async function burst(opts: {
   workflowId: string;
   gates: { atEvents: number; step: () => Promise<void> }[];
   result?: BurstResult;
+  /** Characters of padding per event (default 64); past 1,024 a payload is stored once per event. */
+  padBytes?: number;
 }): Promise<BurstResult> {
   const result = opts.result ?? newResult();
   const gates = opts.gates.map((g) => ({ ...g, done: undefined as Promise<void> | undefined }));
@@ -239,7 +241,7 @@ async function burst(opts: {
       const size = opts.plan[next++];
       if (size === undefined) return;
       handedOut += size;
-      const events = Array.from({ length: size }, () => ({ event: { seq: seq++, pad: "x".repeat(64) } }));
+      const events = Array.from({ length: size }, () => ({ event: { seq: seq++, pad: "x".repeat(opts.padBytes ?? 64) } }));
       const res = await client(opts.apiUrl(), opts.apiKey)
         .post(`/v1/workflows/${opts.workflowId}/events`, { json: size === 1 ? events[0] : { events } })
         .catch(() => undefined);
@@ -340,6 +342,55 @@ function report(name: string, numbers: Record<string, unknown>): void {
   console.info(`[durability] ${name}: ${JSON.stringify(numbers)}`);
 }
 
+/** SIGKILLs the worker while direct first attempts to SLOW_PATH are in flight; every acknowledged event must arrive. */
+async function killWithDirectAttemptsInFlight(label: string, tag: string, total: number, padBytes: number): Promise<void> {
+  const prefix = `${tag}${randomBytes(3).toString("hex")}`;
+  const conn = connect(redis.url);
+  const [api, oldWorker] = await Promise.all([startApi(redis.url, prefix, "api"), startWorker(redis.url, prefix, "worker-1", conn)]);
+  let newWorker: DaemonChild | undefined;
+  let newWorkerAt = 0;
+  const p = await provision(api.url, SLOW_PATH);
+  let atKill: Awaited<ReturnType<typeof inFlight>> | undefined;
+  const res = await burst({
+    plan: burstPlan(total),
+    apiKey: p.apiKey,
+    apiUrl: () => api.url,
+    workflowId: p.workflowId,
+    padBytes,
+    gates: [
+      {
+        atEvents: total / 2,
+        step: async () => {
+          await waitFor(() => tally(SLOW_PATH).received >= 50, { timeoutMs: 20_000, what: "the first 50 deliveries" });
+          atKill = await inFlight(conn, prefix);
+          await oldWorker.kill("SIGKILL");
+          newWorkerAt = Date.now();
+          newWorker = await startWorker(redis.url, prefix, "worker-2", conn);
+        },
+      },
+    ],
+  });
+  expect(res.failedRequests, res.firstFailure).toBe(0);
+  // The kill landed while outbox entries were read and not yet acknowledged: attempts in flight.
+  expect(atKill?.outboxReadNotAcked).toBeGreaterThan(0);
+  const { drainMs, tally: t } = await expectAllDelivered(
+    SLOW_PATH,
+    res.acked,
+    { since: newWorkerAt, deadlineMs: STALLED_RECOVERY_DEADLINE_MS },
+    (missing) => whereAre(missing, conn, prefix, p),
+    () => [api.logs(), oldWorker.logs(), newWorker?.logs()].join("\n"),
+  );
+  report(label, {
+    acknowledged: res.acked.size,
+    deliveredUnique: t.unique.size,
+    received: t.received,
+    // Every event is answered 500 once: requests beyond two per event are the kill's duplicates.
+    duplicates: t.received - 2 * t.unique.size,
+    atKill,
+    drainMsFromReplacementStart: drainMs,
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 
 describe("at-least-once delivery across crashes (SPEC §6)", () => {
@@ -406,51 +457,14 @@ describe("at-least-once delivery across crashes (SPEC §6)", () => {
     // Fan-out makes first attempts itself (DELIVERY_DIRECT_CONCURRENCY): the outbox entry of an
     // attempt in flight stays pending until the attempt settles, so a worker killed mid-attempt
     // leaves it to be taken over (XAUTOCLAIM after 15 s idle) and redone through the queue.
-    const prefix = `crd${randomBytes(3).toString("hex")}`;
-    const conn = connect(redis.url);
-    const total = 1000;
-    const [api, oldWorker] = await Promise.all([startApi(redis.url, prefix, "api"), startWorker(redis.url, prefix, "worker-1", conn)]);
-    let newWorker: DaemonChild | undefined;
-    let newWorkerAt = 0;
-    const p = await provision(api.url, SLOW_PATH);
-    let atKill: Awaited<ReturnType<typeof inFlight>> | undefined;
-    const res = await burst({
-      plan: burstPlan(total),
-      apiKey: p.apiKey,
-      apiUrl: () => api.url,
-      workflowId: p.workflowId,
-      gates: [
-        {
-          atEvents: total / 2,
-          step: async () => {
-            await waitFor(() => tally(SLOW_PATH).received >= 50, { timeoutMs: 20_000, what: "the first 50 deliveries" });
-            atKill = await inFlight(conn, prefix);
-            await oldWorker.kill("SIGKILL");
-            newWorkerAt = Date.now();
-            newWorker = await startWorker(redis.url, prefix, "worker-2", conn);
-          },
-        },
-      ],
-    });
-    expect(res.failedRequests, res.firstFailure).toBe(0);
-    // The kill landed while outbox entries were read and not yet acknowledged: attempts in flight.
-    expect(atKill?.outboxReadNotAcked).toBeGreaterThan(0);
-    const { drainMs, tally: t } = await expectAllDelivered(
-      SLOW_PATH,
-      res.acked,
-      { since: newWorkerAt, deadlineMs: STALLED_RECOVERY_DEADLINE_MS },
-      (missing) => whereAre(missing, conn, prefix, p),
-      () => [api.logs(), oldWorker.logs(), newWorker?.logs()].join("\n"),
-    );
-    report("worker SIGKILL, direct attempts in flight", {
-      acknowledged: res.acked.size,
-      deliveredUnique: t.unique.size,
-      received: t.received,
-      // Every event is answered 500 once: requests beyond two per event are the kill's duplicates.
-      duplicates: t.received - 2 * t.unique.size,
-      atKill,
-      drainMsFromReplacementStart: drainMs,
-    });
+    await killWithDirectAttemptsInFlight("worker SIGKILL, direct attempts in flight", "crd", 1000, 64);
+  }, 150_000);
+
+  it("delivers every acknowledged large event when the worker is SIGKILLed while their retries take the stored payload", async () => {
+    // Each event's first attempt fails, so its retry job refers to the event's stored payload,
+    // held just before the job is added: a kill between the two, or before the entry is
+    // acknowledged, is redone from the outbox entry, which still carries the payload.
+    await killWithDirectAttemptsInFlight("worker SIGKILL, large payloads stored once", "crl", 300, 2000);
   }, 150_000);
 
   it("delivers every event acknowledged before the api process was SIGKILLed mid-burst", async () => {

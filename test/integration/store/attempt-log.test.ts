@@ -118,6 +118,30 @@ describe("AttemptLog", () => {
     expect(await count()).toBe(40);
   });
 
+  it("does not read the pending records that hold the log over its limit again for every new delivery", async () => {
+    const log = new AttemptLog(redis, keys, 200, Date.now); // slack 10
+    // A backlog after an outage: 300 deliveries still retrying hold the oldest places of the log.
+    for (let i = 0; i < 300; i++) await log.upsert(await base("wh_backlog"), attempt("pending"));
+    // The trim's MGETs inside the creation script, as MONITOR sees them (this log's keys only).
+    const monitor = await connectRedis().monitor();
+    let trimReads = 0;
+    monitor.on("monitor", (_time: string, args: string[]) => {
+      if (String(args[0]).toLowerCase() === "mget" && String(args[1]).startsWith(keys.delivery("u_log", ""))) trimReads++;
+    });
+    try {
+      for (let i = 0; i < 100; i++) await log.upsert(await base("wh_backlog"), attempt("delivered"));
+      await redis.ping();
+      await new Promise((r) => setTimeout(r, 200));
+    } finally {
+      monitor.disconnect();
+    }
+    // Once per `slack` creations, not at each of the 100.
+    expect(trimReads).toBeGreaterThan(0);
+    expect(trimReads).toBeLessThanOrEqual(100 / 10 + 1);
+    // The pending ones stay; the log trims what it may (the delivered beyond the limit).
+    expect(await redis.zcard(keys.deliveries("u_log", "wh_backlog"))).toBeLessThanOrEqual(400);
+  });
+
   it("claims a record only while it is what was read, so two replays racing for it claim it once", async () => {
     const log = new AttemptLog(redis, keys, 100, Date.now);
     const b = await base("wh_claim");

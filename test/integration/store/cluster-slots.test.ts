@@ -373,6 +373,16 @@ async function workload(): Promise<void> {
   ok(await api.post(`/v1/workflows/${p}/events`, { json: { events: [{ event: 2 }, { event: 3, name: "other" }] } }), "emit batch", 202);
   const many = Array.from({ length: 12 }, (_, i) => ({ event: { many: i } }));
   ok(await api.post(`/v1/workflows/${p}/events`, { json: { events: many } }), "emit 12", 202);
+  // A large payload to a webhook that fails once: stored once for its waiting delivery (payload
+  // hold), released when its retry is delivered (payload release).
+  const flaky = ok(await api.post("/v1/webhooks", { json: { url: rx.url("/flaky"), name: "flaky" } }), "webhook").body.data;
+  ok(await api.post("/v1/subscriptions", { json: { emitter_id: p, listener_id: flaky.id, event_name: "big" } }), "subscribe");
+  ok(
+    await api.post(`/v1/workflows/${p}/events`, { json: { events: [{ event: { big: "x".repeat(4000) }, name: "big" }] } }),
+    "emit large",
+    202,
+  );
+  await waitFor(() => rx.to("/flaky").length >= 2, { timeoutMs: 30_000, what: "the large event's retry" });
   ok(
     await api.post(`/v1/workflows/${p}/$errors/events`, { json: { original_event: {}, error: { msg: "boom" } } }),
     "emit $errors",
@@ -477,7 +487,9 @@ async function workload(): Promise<void> {
 
 beforeAll(async () => {
   await loadOurScripts();
-  rx = await startReceiver((req) => ({ status: req.path.startsWith("/bad") ? 500 : 200 }));
+  rx = await startReceiver((req) => ({
+    status: req.path.startsWith("/bad") || (req.path === "/flaky" && req.nthOnPath === 1) ? 500 : 200,
+  }));
   observed = observeCommands();
   // DELIVERY_LOG_LIMIT at its minimum, so that tribCreateDelivery's trim branch (MGET/DEL of keys
   // it builds from ARGV) runs.

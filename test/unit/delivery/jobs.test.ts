@@ -87,8 +87,18 @@ describe("delivery jobs", () => {
       emitter_id: "p_orders",
       event_name: "",
       payload: '{"n":1}',
+      shared_payload: false,
       accepted_at_ms: 1234,
     });
+  });
+
+  it("refer to the event's stored payload for a job without one, and replay such a record by reference", () => {
+    const { payload: _stored, ...byRef } = fanoutJob;
+    const base = recordBaseOf(byRef);
+    expect(base.payload).toBe("");
+    expect(base.shared_payload).toBe(true);
+    const record: DeliveryRecord = { ...base, payload_key: "k", status: "failed", attempts: [], created_at: 1, updated_at: 2, replays: 0 };
+    expect(replayJob(record).payload).toBeUndefined();
   });
 });
 
