@@ -10,6 +10,8 @@ import { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { type Phase, postSmallEvents } from "../context.js";
 import { apiData } from "../daemon-process.js";
+import { CircuitStore } from "../../src/store/circuit.js";
+import type { Keys } from "../../src/store/keys.js";
 import { outboxLength } from "../../src/store/outbox-stream.js";
 import type { Cost } from "../meter.js";
 import { startReceiver } from "../receiver.js";
@@ -69,6 +71,42 @@ function rateBetween(sorted: readonly number[], from: number, to: number): numbe
   return a !== undefined && b !== undefined && b > a ? ((to - from) * 1000) / (b - a) : Number.NaN;
 }
 
+/**
+ * Waits until every delivery is parked for the circuit's next probe, at least PROBE_LEAD_MS away:
+ * none is due before it, none running. The receiver then comes back before the probe, so the row
+ * measures the recovery alone, not the backlog being turned away once more after the outage's
+ * last failed probe (each opening's cost, which the short cool-downs here make frequent).
+ */
+async function untilParkedForProbe(
+  redis: Redis,
+  keys: Keys,
+  q: Queue,
+  userId: string,
+  hookId: string,
+  alive: () => void,
+  log: (line: string) => void,
+): Promise<void> {
+  const circuits = new CircuitStore(redis, keys, { threshold: 1, cooldownMs: 1, maxCooldownMs: 1 });
+  const start = performance.now();
+  for (;;) {
+    alive();
+    const { nextProbeAtMs } = await circuits.read(userId, hookId);
+    if (nextProbeAtMs !== null && nextProbeAtMs - Date.now() >= PROBE_LEAD_MS) {
+      const [dueBefore, c] = await Promise.all([
+        redis.zcount(keys.webhookCircuitWaiting(userId, hookId), "-inf", `(${nextProbeAtMs}`),
+        q.getJobCounts("wait", "active", "prioritized"),
+      ]);
+      if (dueBefore === 0 && (c.wait ?? 0) + (c.active ?? 0) + (c.prioritized ?? 0) === 0) return;
+    }
+    if (performance.now() - start > 120_000)
+      return log("  the deliveries did not all settle on the circuit's next probe in 120 s: measuring anyway");
+    await sleep(50);
+  }
+}
+
+/** How long before the circuit's next probe the receiver comes back, at least. */
+const PROBE_LEAD_MS = 500;
+
 export const recovery: Phase = {
   name: "recovery",
   needs: ["daemon", "worker"],
@@ -116,6 +154,7 @@ export const recovery: Phase = {
       log(
         `  all ${fmt(n)} pending after ${fmt((performance.now() - start) / 1000, 1)} s (${fmt(records)} with an attempt record): ${fmt(bytesPerPending)} B of Redis each`,
       );
+      await untilParkedForProbe(redis, keys, q, me.id, hook.id, () => dm.ensureAlive(), log);
       const turnedAwayBefore = await turnedAway(dm.url);
       const timeBefore = await commandTime(redis);
       const meter = await ctx.meter();

@@ -145,7 +145,8 @@ export class Attempter {
         this.d.metrics.deliveries.inc({ listener_kind: job.listenerKind, outcome: "circuit_open" });
         // A slot reserved before the circuit opened would hold the webhook's schedule: given back.
         if (target.ratePerSecond && this.d.rateLimit) await this.d.rateLimit.drop(job.userId, job.listenerId, token);
-        const delayMs = Math.max(0, admission.untilMs - this.now()) + Math.floor(this.random() * CIRCUIT_WAIT_SPREAD_MS);
+        const spreadMs = admission.prober ? 0 : Math.floor(this.random() * CIRCUIT_WAIT_SPREAD_MS);
+        const delayMs = Math.max(0, admission.untilMs - this.now()) + spreadMs;
         return { kind: "circuit_open", delayMs };
       }
       probe = admission.kind === "probe";

@@ -7,7 +7,11 @@
  * - closed: attempts go; each failure counts, a success resets the count. At `threshold`
  *   consecutive failures the circuit opens.
  * - open: no attempt until `nextProbeAtMs` (the cool-down, doubling per consecutive opening up to
- *   `maxCooldownMs`); deliveries wait without spending their retry budget.
+ *   `maxCooldownMs`); deliveries wait without spending their retry budget. The first delivery
+ *   turned away waits until `nextProbeAtMs`, to make the probe; the others wait
+ *   `PROBE_HEAD_START_MS` longer, so that the probe has settled when they come due. Were they due
+ *   with it, a backlog would find the circuit half open and wait once more, for the probe's
+ *   success to release it: each delivery taken, put back and released for nothing.
  * - half open: the cool-down is over and one attempt, the probe, holds a lease until
  *   `probeUntilMs`. Its success closes the circuit, its failure opens it again. A probe whose
  *   process died lets its lease expire: the circuit is then open with its probe due, and the next
@@ -29,6 +33,9 @@ export interface CircuitPolicy {
 /** The longest cool-down (SPEC §12: doubling up to 1 h). */
 export const MAX_CIRCUIT_COOLDOWN_MS = 3_600_000;
 
+/** How much longer than the probe the other deliveries turned away by an open circuit wait. */
+export const PROBE_HEAD_START_MS = 1_000;
+
 export interface CircuitState {
   /** Consecutive failed attempts. */
   readonly failures: number;
@@ -42,6 +49,8 @@ export interface CircuitState {
   readonly probeUntilMs: number | null;
   /** The probe's token (its delivery id): only its failure reopens the circuit. */
   readonly probeToken: string | null;
+  /** The `nextProbeAtMs` for which a waiting delivery was picked to make the probe; null: none yet. */
+  readonly proberForMs: number | null;
 }
 
 export const CLOSED: CircuitState = Object.freeze({
@@ -51,6 +60,7 @@ export const CLOSED: CircuitState = Object.freeze({
   nextProbeAtMs: null,
   probeUntilMs: null,
   probeToken: null,
+  proberForMs: null,
 });
 
 export type CircuitPhase = "closed" | "open" | "half_open";
@@ -66,16 +76,22 @@ export function phaseOf(s: CircuitState, nowMs: number): CircuitPhase {
   return s.probeUntilMs !== null && nowMs < s.probeUntilMs ? "half_open" : "open";
 }
 
-/** What an attempt may do: go, go as the probe (holding the lease), or wait until `untilMs`. */
+/**
+ * What an attempt may do: go, go as the probe (holding the lease), or wait until `untilMs`;
+ * `prober`: it waits to make the next probe, so its wait must not be lengthened (spread).
+ */
 export type Admission =
   | { readonly kind: "send" }
   | { readonly kind: "probe"; readonly leaseUntilMs: number }
-  | { readonly kind: "wait"; readonly untilMs: number };
+  | { readonly kind: "wait"; readonly untilMs: number; readonly prober?: true };
 
 /** Admits an attempt (`token`: its delivery id) at `nowMs`; a probe takes a lease of `leaseMs`. */
 export function admit(s: CircuitState, nowMs: number, leaseMs: number, token: string): { admission: Admission; next: CircuitState } {
   if (s.openings === 0) return { admission: { kind: "send" }, next: s };
-  if (s.nextProbeAtMs !== null && nowMs < s.nextProbeAtMs) return { admission: { kind: "wait", untilMs: s.nextProbeAtMs }, next: s };
+  if (s.nextProbeAtMs !== null && nowMs < s.nextProbeAtMs) {
+    if (s.proberForMs === s.nextProbeAtMs) return { admission: { kind: "wait", untilMs: s.nextProbeAtMs + PROBE_HEAD_START_MS }, next: s };
+    return { admission: { kind: "wait", untilMs: s.nextProbeAtMs, prober: true }, next: { ...s, proberForMs: s.nextProbeAtMs } };
+  }
   // The probe itself comes back (it waited for the rate limit, or its job was redone): it keeps the lease.
   if (s.probeUntilMs !== null && nowMs < s.probeUntilMs && s.probeToken !== token) {
     return { admission: { kind: "wait", untilMs: s.probeUntilMs }, next: s };
@@ -117,6 +133,7 @@ export function afterAttempt(
         nextProbeAtMs: nowMs + cooldownFor(policy, 1),
         probeUntilMs: null,
         probeToken: null,
+        proberForMs: null,
       },
       change: "opened",
     };

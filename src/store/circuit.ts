@@ -1,5 +1,12 @@
 import type { RedisClient } from "./context.js";
-import { type Admission, type CircuitChange, type CircuitPolicy, type CircuitState, CLOSED } from "../domain/circuit.js";
+import {
+  type Admission,
+  type CircuitChange,
+  type CircuitPolicy,
+  type CircuitState,
+  CLOSED,
+  PROBE_HEAD_START_MS,
+} from "../domain/circuit.js";
 import type { Keys } from "./keys.js";
 import { defineScript, type ScriptCall } from "./script.js";
 import { CIRCUIT_ADMIT } from "./scripts/circuit-admit.js";
@@ -28,9 +35,10 @@ export function circuitChangeMessage(userId: string, webhookId: string): string 
 
 /**
  * A delivery whose wait on the circuit ends within this of its closing is not released: its job
- * comes due by itself (its delay also carries up to a second of spread), at no cost.
+ * comes due by itself (its delay also carries up to a second of spread), at no cost. So are those
+ * that waited for the probe's head start when the probe closes it.
  */
-const RELEASE_SOONER_THAN_MS = 1000;
+const RELEASE_SOONER_THAN_MS = PROBE_HEAD_START_MS;
 
 /** Open-circuit index members examined per gauge sample (the index is small: open circuits only). */
 const OPEN_SAMPLE = 1000;
@@ -63,11 +71,12 @@ export class CircuitStore {
   async admit(userId: string, webhookId: string, token: string, jobId: string, leaseMs: number): Promise<AdmitResult> {
     const res = (await this.admitScript(
       [this.keys.webhookCircuit(userId, webhookId), this.keys.webhookCircuitWaiting(userId, webhookId)],
-      [this.now(), leaseMs, token, jobId],
+      [this.now(), leaseMs, token, jobId, PROBE_HEAD_START_MS],
     )) as number[];
     const [kind, at] = res;
     if (kind === 1) return { admission: { kind: "probe", leaseUntilMs: Number(at) }, clean: false };
     if (kind === 2) return { admission: { kind: "wait", untilMs: Number(at) }, clean: false };
+    if (kind === 3) return { admission: { kind: "wait", untilMs: Number(at), prober: true }, clean: false };
     return Number(at) === 0 ? SEND_CLEAN : SEND_DIRTY;
   }
 
@@ -118,6 +127,7 @@ export class CircuitStore {
       nextProbeAtMs: num(h.n),
       probeUntilMs: num(h.p),
       probeToken: h.pt ?? null,
+      proberForMs: num(h.c),
     };
   }
 

@@ -6,6 +6,7 @@ import { Attempter, uncachedListeners } from "../../../src/delivery/attempt.js";
 import { CircuitBreaker } from "../../../src/delivery/circuit.js";
 import { newDeliveryJob } from "../../../src/delivery/jobs.js";
 import { createSender } from "../../../src/delivery/sender.js";
+import { PROBE_HEAD_START_MS } from "../../../src/domain/circuit.js";
 import { JOB_STARTS, NOT_QUEUED } from "../../../src/domain/delivery-plan.js";
 import { createGuardedAgent } from "../../../src/net/guarded-agent.js";
 import { createMetrics } from "../../../src/observability/metrics.js";
@@ -115,13 +116,18 @@ describe("a circuit shared by two worker processes", () => {
     expect(two.changes).toEqual([`${hook.id} opened`]);
     expect(one.changes).toEqual([]);
 
-    // Both are turned away during the cool-down, without an attempt.
+    // Both are turned away during the cool-down, without an attempt: the first to make the probe
+    // when it is due, the other for the probe's head start longer (plus up to a second of spread).
     const openedAt = Date.now();
+    const waits: number[] = [];
     for (const p of [one, two]) {
       const turned = await p.attempter.attempt(job(), NOT_QUEUED);
       expect(turned).toMatchObject({ kind: "circuit_open" });
-      expect((turned as { delayMs: number }).delayMs).toBeLessThanOrEqual(500 + 1000);
+      waits.push((turned as { delayMs: number }).delayMs);
     }
+    expect(waits[0]).toBeLessThanOrEqual(500);
+    expect(waits[1]).toBeGreaterThan(waits[0] as number);
+    expect(waits[1]).toBeLessThanOrEqual(500 + PROBE_HEAD_START_MS + 1000);
     expect(rx.to(path)).toHaveLength(2);
 
     // After it, six attempts at once from both: one probe (answered after 2 s), five turned away.

@@ -14,6 +14,8 @@ import {
   workflowId,
 } from "../../helpers/delivery-e2e.js";
 import { type AnswerFn, type Receiver, startReceiver, waitFor } from "../../helpers/receiver.js";
+import { CircuitStore } from "../../../src/store/circuit.js";
+import { createKeys } from "../../../src/store/keys.js";
 
 /**
  * The circuit breaker and receiver-driven control end to end (SPEC §12), through a daemon with
@@ -167,6 +169,62 @@ describe("circuit breaker", () => {
     expect(await healthEvents(u.api, hook.id, "$webhook_recovered")).toEqual([
       expect.objectContaining({ webhook_id: hook.id, reason: "circuit" }),
     ]);
+  });
+
+  it("gives the probe a head start: a backlog parked on the open circuit is not turned away again while a slow probe runs", async () => {
+    const u = await h.td.createUser();
+    let failing = true;
+    let answered = false;
+    const path = hookPath("head-start", async () => {
+      if (failing) return { status: 500 };
+      // The probe takes a while, as a receiver just back often does.
+      if (!answered) await sleep(300);
+      answered = true;
+      return { status: 200 };
+    });
+    const res = await u.api.post("/v1/webhooks", { json: { url: rx.url(path), timeout_ms: 5000 } });
+    const hook = res.body.data as { id: string };
+    const p = workflowId();
+    await subscribe(u.api, p, hook.id);
+    await emit(u.api, p, { n: "opener" });
+    await waitCircuit(u.api, hook.id, (c) => c.state === "open", "the circuit to open");
+    const N = 60;
+    for (let i = 0; i < N; i += 10) await Promise.all(Array.from({ length: 10 }, (_, j) => emit(u.api, p, { n: i + j })));
+
+    // Every delivery parked for the next probe, at least 700 ms away (else the probe fails, the
+    // backlog is turned away to the next one, and this waits for that).
+    const keys = createKeys(h.td.prefix);
+    const circuits = new CircuitStore(h.redis, keys, { threshold: 3, cooldownMs: 2000, maxCooldownMs: 3_600_000 });
+    await waitFor(
+      async () => {
+        const { nextProbeAtMs } = await circuits.read(u.id, hook.id);
+        if (nextProbeAtMs === null || nextProbeAtMs - Date.now() < 700) return false;
+        const [parked, dueBefore, c] = await Promise.all([
+          h.redis.zcard(keys.webhookCircuitWaiting(u.id, hook.id)),
+          h.redis.zcount(keys.webhookCircuitWaiting(u.id, hook.id), "-inf", `(${nextProbeAtMs}`),
+          h.queue.getJobCounts("wait", "active", "prioritized"),
+        ]);
+        return parked >= N && dueBefore === 0 && (c.wait ?? 0) + (c.active ?? 0) + (c.prioritized ?? 0) === 0;
+      },
+      { timeoutMs: 30_000, intervalMs: 20, what: "the deliveries parked for the next probe" },
+    );
+    const turnedAway = /^tributary_deliveries_total\{listener_kind="webhook",outcome="circuit_open"\} (\d+)/m;
+    const before = await metric(h.td, turnedAway);
+    failing = false;
+
+    const list = await waitFor(
+      async () => {
+        const { data } = await deliveries(u.api, hook.id, { limit: 100 });
+        const done = data.filter((d) => d.status === "delivered");
+        return done.length >= N ? done : undefined;
+      },
+      { timeoutMs: 30_000, what: `${N} deliveries delivered` },
+    );
+    expect(list.length).toBeGreaterThanOrEqual(N);
+    // Without the head start, each delivery that came due while the probe ran (a third of them)
+    // was turned away until the probe's success released it.
+    expect((await metric(h.td, turnedAway)) - before).toBeLessThanOrEqual(N / 10);
+    await quiet(h);
   });
 
   it("opens again when the probe fails, with the cool-down doubled", async () => {

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { admit, afterAttempt, CLOSED, type CircuitPolicy, type CircuitState } from "../../../src/domain/circuit.js";
+import { admit, afterAttempt, CLOSED, type CircuitPolicy, type CircuitState, PROBE_HEAD_START_MS } from "../../../src/domain/circuit.js";
 import { CircuitStore } from "../../../src/store/circuit.js";
 import { createKeys } from "../../../src/store/keys.js";
 import { sharedKeySpace } from "../../helpers/redis.js";
@@ -67,8 +67,15 @@ describe("circuit store (store/circuit.ts)", () => {
     // A probe lease longer than the wait a release skips (a wait that ends within a second).
     const PROBE_LEASE = 5_000;
     for (const t of ["d_1", "d_2", "d_3"]) await store.record(userId, webhookId, false, t);
-    expect((await store.admit(userId, webhookId, "d_4", "d_4", LEASE)).admission).toEqual({ kind: "wait", untilMs: clock.now + 1_000 });
-    expect((await store.admit(userId, webhookId, "d_5", "d_5-r1", LEASE)).admission).toMatchObject({ kind: "wait" });
+    expect((await store.admit(userId, webhookId, "d_4", "d_4", LEASE)).admission).toEqual({
+      kind: "wait",
+      untilMs: clock.now + 1_000,
+      prober: true,
+    });
+    expect((await store.admit(userId, webhookId, "d_5", "d_5-r1", LEASE)).admission).toEqual({
+      kind: "wait",
+      untilMs: clock.now + 1_000 + PROBE_HEAD_START_MS,
+    });
     // Parked once, however often it is turned away.
     expect((await store.admit(userId, webhookId, "d_4", "d_4", LEASE)).admission).toMatchObject({ kind: "wait" });
     clock.now += 1_000;
@@ -87,8 +94,8 @@ describe("circuit store (store/circuit.ts)", () => {
     });
     const closed = await store.record(userId, webhookId, true, "d_6");
     expect(closed.change).toBe("closed");
-    // d_4 and d_5 waited until now (the probe): their jobs are due and run by themselves; d_7
-    // waits for the probe's lease, so its job is released.
+    // d_4 waited until now (the probe), d_5 for the probe's head start: their jobs are due, or
+    // soon, and run by themselves; d_7 waits for the probe's lease, so its job is released.
     expect([...closed.released].sort()).toEqual(["d_7"]);
     expect(await space.redis().exists(keys.webhookCircuitWaiting(userId, webhookId), keys.webhookCircuit(userId, webhookId))).toBe(0);
   });

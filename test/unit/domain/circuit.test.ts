@@ -9,6 +9,7 @@ import {
   circuitView,
   cooldownFor,
   MAX_CIRCUIT_COOLDOWN_MS,
+  PROBE_HEAD_START_MS,
   phaseOf,
 } from "../../../src/domain/circuit.js";
 
@@ -56,7 +57,11 @@ describe("circuit breaker rules (domain/circuit.ts)", () => {
   it("turns attempts away during the cool-down, then admits one probe while its lease runs", () => {
     const open = fail(CLOSED, 3).next;
     expect(admit(CLOSED, T0, LEASE, "d_a").admission).toEqual({ kind: "send" });
-    expect(admit(open, T0 + 29_999, LEASE, "d_a").admission).toEqual({ kind: "wait", untilMs: T0 + 30_000 });
+    // The first delivery turned away waits to make the probe; the others give it a head start.
+    const picked = admit(open, T0 + 29_000, LEASE, "d_a");
+    expect(picked.admission).toEqual({ kind: "wait", untilMs: T0 + 30_000, prober: true });
+    expect(admit(picked.next, T0 + 29_999, LEASE, "d_b").admission).toEqual({ kind: "wait", untilMs: T0 + 30_000 + PROBE_HEAD_START_MS });
+    expect(admit(picked.next, T0 + 29_999, LEASE, "d_a").admission).toEqual({ kind: "wait", untilMs: T0 + 30_000 + PROBE_HEAD_START_MS });
 
     const probe = admit(open, T0 + 30_000, LEASE, "d_probe");
     expect(probe.admission).toEqual({ kind: "probe", leaseUntilMs: T0 + 30_000 + LEASE });
@@ -96,6 +101,8 @@ describe("circuit breaker rules (domain/circuit.ts)", () => {
       cooldowns.push((s.nextProbeAtMs as number) - now);
       expect(s.openedAtMs).toBe(T0);
       expect(s.probeToken).toBeNull();
+      // The next probe gets its own prober.
+      expect(admit(s, now, LEASE, "d_waiting").admission).toEqual({ kind: "wait", untilMs: s.nextProbeAtMs, prober: true });
     }
     expect(cooldowns.slice(0, 8)).toEqual([30_000, 60_000, 120_000, 240_000, 480_000, 960_000, 1_920_000, 3_600_000]);
     expect(cooldowns.slice(8)).toEqual([3_600_000, 3_600_000, 3_600_000]);
